@@ -1,0 +1,43 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+let package = Package(
+  name: "GroupSync",
+  products: [
+    .library(name: "GroupSync", targets: ["GroupSync"]),
+    // The same library as a shared object, for `make lib` and `make install`.
+    .library(name: "GroupSyncShared", type: .dynamic, targets: ["GroupSync"]),
+    .executable(name: "groupsync", targets: ["groupsync"]),
+  ],
+  dependencies: [
+    .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+  ],
+  targets: [
+    .target(
+      name: "CGroupSync",
+      path: "CSupport",
+      cSettings: [.define("_GNU_SOURCE")],
+      linkerSettings: [.linkedLibrary("sqlite3"), .linkedLibrary("uv")]
+    ),
+    .target(
+      name: "GroupSync",
+      dependencies: [
+        "CGroupSync",
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
+    .executableTarget(
+      name: "groupsync",
+      dependencies: [
+        "GroupSync",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+      ]
+    ),
+    .testTarget(
+      name: "GroupSyncTests",
+      dependencies: ["GroupSync", "CGroupSync"]
+    ),
+  ],
+  swiftLanguageModes: [.v6]
+)

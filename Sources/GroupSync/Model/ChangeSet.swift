@@ -1,0 +1,97 @@
+import Foundation
+
+/// The rows one committed transaction changed, as object IDs.
+///
+/// A change set may over-report (an ID whose row turns out unchanged or
+/// gone) but never under-reports; re-read rows by ID from the store, which
+/// is the source of truth. For example:
+///
+/// ```swift
+/// for id in changeSet.updated where id.table == "notes" {
+///   cache[id] = try store.read { try $0.rows("SELECT body FROM notes WHERE rowid = ?", [.integer(id.rowID)]) }
+/// }
+/// ```
+public struct ChangeSet: Sendable, Equatable {
+  /// The store the transaction committed to.
+  public let storeID: UUID
+  /// The transaction's sequence number: gapless, in commit order across
+  /// every writer of the store, starting at 1.
+  public let sequence: Int64
+  /// When COMMIT returned in the writer, in nanoseconds since 1970 (UTC).
+  public let committedAtNanoseconds: Int64
+  /// The writer's process ID (informational).
+  public let writerProcessID: Int32
+  /// The changed rowids by table name.
+  public let tables: [String: TableChanges]
+  /// Tables whose rows cannot be named (WITHOUT ROWID tables): any of their
+  /// rows may have changed.
+  public let invalidatedTableNames: Set<String>
+
+  public init(
+    storeID: UUID, sequence: Int64, committedAtNanoseconds: Int64, writerProcessID: Int32,
+    tables: [String: TableChanges], invalidatedTableNames: Set<String>
+  ) {
+    self.storeID = storeID
+    self.sequence = sequence
+    self.committedAtNanoseconds = committedAtNanoseconds
+    self.writerProcessID = writerProcessID
+    self.tables = tables.filter { !$0.value.isEmpty }
+    self.invalidatedTableNames = invalidatedTableNames
+  }
+
+  /// Rows that did not exist before the transaction and exist after it.
+  public var inserted: Set<ObjectID> { objectIDs(\.inserted) }
+  /// Rows that existed before and after the transaction.
+  public var updated: Set<ObjectID> { objectIDs(\.updated) }
+  /// Rows that existed before the transaction and not after it.
+  public var deleted: Set<ObjectID> { objectIDs(\.deleted) }
+  /// Tables any row of which may have changed.
+  public var invalidatedTables: Set<TableID> {
+    Set(invalidatedTableNames.map { TableID(storeID: storeID, table: $0) })
+  }
+
+  /// When COMMIT returned in the writer.
+  public var committedAt: Date {
+    Date(timeIntervalSince1970: Double(committedAtNanoseconds) / 1e9)
+  }
+
+  /// The number of rows named (inserted, updated and deleted).
+  public var rowCount: Int { tables.values.reduce(0) { $0 + $1.count } }
+
+  /// Whether the change set names `id`, or invalidates its table.
+  public func mayHaveChanged(_ id: ObjectID) -> Bool {
+    guard id.storeID == storeID else { return false }
+    if invalidatedTableNames.contains(id.table) { return true }
+    return tables[id.table]?.contains(id.rowID) ?? false
+  }
+
+  private func objectIDs(_ keyPath: KeyPath<TableChanges, [Int64]>) -> Set<ObjectID> {
+    var ids = Set<ObjectID>()
+    for (table, changes) in tables {
+      for rowID in changes[keyPath: keyPath] {
+        ids.insert(ObjectID(storeID: storeID, table: table, rowID: rowID))
+      }
+    }
+    return ids
+  }
+}
+
+/// The rowids of one table that a transaction changed, each sorted.
+public struct TableChanges: Sendable, Equatable {
+  public var inserted: [Int64]
+  public var updated: [Int64]
+  public var deleted: [Int64]
+
+  public init(inserted: [Int64] = [], updated: [Int64] = [], deleted: [Int64] = []) {
+    self.inserted = inserted
+    self.updated = updated
+    self.deleted = deleted
+  }
+
+  public var isEmpty: Bool { inserted.isEmpty && updated.isEmpty && deleted.isEmpty }
+  public var count: Int { inserted.count + updated.count + deleted.count }
+
+  func contains(_ rowID: Int64) -> Bool {
+    inserted.contains(rowID) || updated.contains(rowID) || deleted.contains(rowID)
+  }
+}

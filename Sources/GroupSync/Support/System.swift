@@ -1,0 +1,85 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Thin wrappers over the system calls GroupSync makes: each retries EINTR
+/// and turns errno into a ``GroupSyncError/system(call:path:errno:)`` that
+/// names the call and the path.
+enum System {
+  /// Runs `body` until it stops failing with EINTR; throws on -1.
+  @discardableResult
+  static func call<T: BinaryInteger>(
+    _ name: String, _ path: String? = nil, _ body: () -> T
+  ) throws -> T {
+    while true {
+      let result = body()
+      if result != -1 { return result }
+      if errno == EINTR { continue }
+      throw GroupSyncError.system(call: name, path: path, errno: errno)
+    }
+  }
+
+  static func open(_ path: String, _ flags: Int32, _ mode: mode_t = 0o644) throws -> Int32 {
+    try call("open", path) { Glibc.open(path, flags | O_CLOEXEC, mode) }
+  }
+
+  static func close(_ fd: Int32) {
+    _ = Glibc.close(fd)  // EINTR on close must not be retried on Linux
+  }
+
+  /// Creates a folder; an existing folder is fine.
+  static func makeDirectory(_ path: String, _ mode: mode_t = 0o755) throws {
+    if mkdir(path, mode) == 0 || errno == EEXIST { return }
+    throw GroupSyncError.system(call: "mkdir", path: path, errno: errno)
+  }
+
+  /// The names in a folder, without `.` and `..`.
+  static func listDirectory(_ path: String) throws -> [String] {
+    guard let dir = opendir(path) else {
+      throw GroupSyncError.system(call: "opendir", path: path, errno: errno)
+    }
+    defer { closedir(dir) }
+    var names: [String] = []
+    while let entry = readdir(dir) {
+      let name = withUnsafePointer(to: entry.pointee.d_name) {
+        $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+      }
+      if name != "." && name != ".." { names.append(name) }
+    }
+    return names
+  }
+
+  /// Removes a file; a missing file is fine.
+  static func unlinkIfPresent(_ path: String) throws {
+    if unlink(path) == 0 || errno == ENOENT { return }
+    throw GroupSyncError.system(call: "unlink", path: path, errno: errno)
+  }
+
+  /// Writes all of `bytes` to `fd`.
+  static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws {
+    var offset = 0
+    while offset < bytes.count {
+      let n = try call("write", path) {
+        Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+      }
+      offset += n
+    }
+  }
+
+  /// Reads a whole file of at most `limit` bytes from `fd`.
+  static func readAll(_ fd: Int32, size: Int, path: String) throws -> [UInt8] {
+    var bytes = [UInt8](repeating: 0, count: size)
+    var offset = 0
+    while offset < size {
+      let n = try bytes.withUnsafeMutableBytes { buffer throws in
+        try call("read", path) { Glibc.read(fd, buffer.baseAddress! + offset, size - offset) }
+      }
+      if n == 0 { break }
+      offset += n
+    }
+    if offset < size { bytes.removeSubrange(offset...) }
+    return bytes
+  }
+
+  static var processID: Int32 { getpid() }
+}

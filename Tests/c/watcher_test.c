@@ -1,0 +1,849 @@
+// Stress test of the watcher half of CGroupSync (not part of the Swift
+// build). From the package root, build and run it with
+//
+//   gcc -std=gnu11 -Wall -Wextra -Werror -fsanitize=address,undefined
+//     -I CSupport/include CSupport/watcher.c Tests/c/watcher_test.c
+//     -luv -lpthread -o /tmp/watcher_test && /tmp/watcher_test
+//
+// and, built without -fsanitize, under
+// `valgrind --leak-check=full --error-exitcode=1`.
+// Exits 0 on success; prints every failed check otherwise.
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE  // nftw
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__)
+// The header's `#pragma clang assume_nonnull` is unknown to gcc.
+#pragma GCC diagnostic ignored "-Wunknown-pragmas"
+#endif
+
+#include "CGroupSync.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+// Generous: valgrind slows everything down a lot.
+#define TIMEOUT_MS 15000
+#define MAX_IDS 4096
+#define MAX_RECS 20000
+
+static atomic_int g_failures;
+
+static void fail_at(const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "FAIL %s:%d: ", file, line);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  atomic_fetch_add(&g_failures, 1);
+}
+
+#define FAIL(...) fail_at(__FILE__, __LINE__, __VA_ARGS__)
+#define CHECK(cond, ...)    \
+  do {                      \
+    if (!(cond))            \
+      FAIL(__VA_ARGS__);    \
+  } while (0)
+
+// Test plumbing failing (mkdir, pthread_create...) makes results useless.
+#define MUST(cond)                                               \
+  do {                                                           \
+    if (!(cond)) {                                               \
+      fprintf(stderr, "FATAL %s:%d: %s (errno %d: %s)\n",        \
+              __FILE__, __LINE__, #cond, errno, strerror(errno)); \
+      exit(2);                                                   \
+    }                                                            \
+  } while (0)
+
+static void lock(pthread_mutex_t *m) { MUST(pthread_mutex_lock(m) == 0); }
+static void unlock(pthread_mutex_t *m) { MUST(pthread_mutex_unlock(m) == 0); }
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  MUST(clock_gettime(CLOCK_MONOTONIC, &ts) == 0);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static char g_base[64];  // the temporary folder everything happens in
+
+// MARK: Recording callback
+
+typedef struct {
+  uint64_t id;
+  int has_name;
+  char name[64];
+  int events;
+  int status;
+} rec_t;
+
+typedef struct ctx_s {
+  gs_watcher_t *w;  // set before the first add
+  // Modes.
+  int self_remove;     // remove the watch from its first callback
+  int slow;            // sleep a little in every callback
+  int block_on_close;  // test_close_from_callback's dance
+  int add_from_cb;     // add a watch from the first callback
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  rec_t recs[MAX_RECS];
+  size_t nrecs;
+  // Per watch id: callbacks seen, and set once remove returned (after which
+  // a callback is a bug).
+  atomic_ulong calls[MAX_IDS];
+  atomic_int removed[MAX_IDS];
+
+  // block_on_close state, under mu.
+  int entered;
+  int closing_seen;
+  int main_done;
+  int cb_add_rc;
+  int cb_remove_rc;
+  // add_from_cb result.
+  atomic_int cb_added_rc;
+  atomic_ullong cb_added_id;
+} ctx_t;
+
+static ctx_t *ctx_new(void) {
+  ctx_t *c = calloc(1, sizeof(*c));
+  MUST(c != NULL);
+  MUST(pthread_mutex_init(&c->mu, NULL) == 0);
+  MUST(pthread_cond_init(&c->cv, NULL) == 0);
+  c->cb_add_rc = 1;
+  c->cb_remove_rc = 1;
+  c->cb_added_rc = 1;
+  return c;
+}
+
+static void ctx_free(ctx_t *c) {
+  MUST(pthread_cond_destroy(&c->cv) == 0);
+  MUST(pthread_mutex_destroy(&c->mu) == 0);
+  free(c);
+}
+
+static void ctx_clear(ctx_t *c) {
+  lock(&c->mu);
+  c->nrecs = 0;
+  unlock(&c->mu);
+}
+
+static void close_dance(ctx_t *c, uint64_t id);
+
+static void on_event(void *context, uint64_t id, const char *filename,
+                     int events, int status) {
+  ctx_t *c = context;
+  if (id == 0 || id >= MAX_IDS) {
+    FAIL("callback with watch id %llu", (unsigned long long)id);
+    return;
+  }
+  if (atomic_load(&c->removed[id]))
+    FAIL("callback for watch %llu after its remove returned",
+         (unsigned long long)id);
+  unsigned long prior = atomic_fetch_add(&c->calls[id], 1);
+
+  if (events & GS_EVENT_RESCAN) {
+    CHECK(events == GS_EVENT_RESCAN, "rescan with events %d", events);
+    CHECK(filename == NULL, "rescan with filename %s", filename);
+    CHECK(status == 0, "rescan with status %d", status);
+  } else {
+    CHECK(status == 0, "event with status %d (%s)", status,
+          uv_strerror(status));
+    CHECK(events != 0 &&
+              (events & ~(GS_EVENT_RENAME | GS_EVENT_CHANGE)) == 0,
+          "event with events %d", events);
+  }
+
+  lock(&c->mu);
+  if (c->nrecs < MAX_RECS) {
+    rec_t *r = &c->recs[c->nrecs++];
+    r->id = id;
+    r->has_name = filename != NULL;
+    snprintf(r->name, sizeof(r->name), "%s", filename ? filename : "");
+    r->events = events;
+    r->status = status;
+  }
+  MUST(pthread_cond_broadcast(&c->cv) == 0);
+  unlock(&c->mu);
+
+  if (c->slow)
+    sleep_ms(1);
+  if (c->self_remove && prior == 0) {
+    int rc = gs_watcher_remove(c->w, id);
+    CHECK(rc == GS_OK, "remove from callback: %d", rc);
+    atomic_store(&c->removed[id], 1);
+    rc = gs_watcher_remove(c->w, id);
+    CHECK(rc == GS_ENOTFOUND, "second remove from callback: %d", rc);
+  }
+  if (c->add_from_cb && prior == 0 && atomic_load(&c->cb_added_rc) == 1) {
+    uint64_t new_id = 0;
+    int err = 0;
+    int rc = gs_watcher_add(c->w, g_base, 0, &new_id, &err);
+    atomic_store(&c->cb_added_id, new_id);
+    atomic_store(&c->cb_added_rc, rc);
+  }
+  if (c->block_on_close && prior == 0)
+    close_dance(c, id);
+}
+
+// Waits for a record of watch `id` (0: any) named `name` (NULL: a rescan)
+// whose events include `mask`.
+static int wait_rec(ctx_t *c, uint64_t id, const char *name, int mask) {
+  int64_t deadline = now_ms() + TIMEOUT_MS;
+  lock(&c->mu);
+  for (;;) {
+    for (size_t i = 0; i < c->nrecs; i++) {
+      rec_t *r = &c->recs[i];
+      if ((id == 0 || r->id == id) && (r->events & mask) == mask &&
+          (name == NULL ? !r->has_name
+                        : r->has_name && strcmp(r->name, name) == 0)) {
+        unlock(&c->mu);
+        return 1;
+      }
+    }
+    int64_t left = deadline - now_ms();
+    if (left <= 0)
+      break;
+    struct timespec ts;
+    MUST(clock_gettime(CLOCK_REALTIME, &ts) == 0);
+    long step = left < 50 ? left : 50;  // also bounds clock jumps
+    ts.tv_nsec += step * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    int rc = pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    MUST(rc == 0 || rc == ETIMEDOUT);
+  }
+  unlock(&c->mu);
+  return 0;
+}
+
+static int wait_calls(ctx_t *c, uint64_t id, unsigned long n) {
+  int64_t deadline = now_ms() + TIMEOUT_MS;
+  while (atomic_load(&c->calls[id]) < n) {
+    if (now_ms() > deadline)
+      return 0;
+    sleep_ms(1);
+  }
+  return 1;
+}
+
+// MARK: Files
+
+static void make_path(char *out, size_t size, const char *dir,
+                      const char *name) {
+  int n = snprintf(out, size, "%s/%s", dir, name);
+  MUST(n > 0 && (size_t)n < size);
+}
+
+static void make_dir(char *out, size_t size, const char *name) {
+  make_path(out, size, g_base, name);
+  MUST(mkdir(out, 0700) == 0);
+}
+
+static void write_file(const char *dir, const char *name) {
+  char path[256];
+  make_path(path, sizeof(path), dir, name);
+  int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+  MUST(fd >= 0);
+  MUST(write(fd, "x", 1) == 1);
+  MUST(close(fd) == 0);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag,
+                    struct FTW *ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+static gs_watcher_t *watcher_new(ctx_t *c) {
+  gs_watcher_t *w = NULL;
+  int rc = gs_watcher_create(on_event, c, &w);
+  MUST(rc == GS_OK && w != NULL);
+  c->w = w;
+  return w;
+}
+
+// Touches files in a folder until told to stop, to keep events flowing.
+typedef struct {
+  char dir[256];
+  atomic_int stop;
+  pthread_t thread;
+} churn_t;
+
+static void *churn_main(void *arg) {
+  churn_t *ch = arg;
+  for (unsigned i = 0; !atomic_load(&ch->stop); i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "churn%u", i % 8);
+    write_file(ch->dir, name);
+    sleep_ms(1);
+  }
+  return NULL;
+}
+
+static void churn_start(churn_t *ch, const char *dir) {
+  snprintf(ch->dir, sizeof(ch->dir), "%s", dir);
+  atomic_store(&ch->stop, 0);
+  MUST(pthread_create(&ch->thread, NULL, churn_main, ch) == 0);
+}
+
+static void churn_stop(churn_t *ch) {
+  atomic_store(&ch->stop, 1);
+  MUST(pthread_join(ch->thread, NULL) == 0);
+}
+
+// MARK: Tests
+
+static void test_errors(void) {
+  gs_watcher_t *w = (gs_watcher_t *)1;
+  gs_watch_cb no_callback = NULL;  // a variable: clang rejects a NULL literal
+  CHECK(gs_watcher_create(no_callback, NULL, &w) == GS_EINVAL,
+        "create without callback");
+  CHECK(w == NULL, "create failure leaves *out set");
+  gs_watcher_close(NULL);  // a no-op
+}
+
+static void test_events(void) {
+  char dir[256];
+  char a[256], b[256], c2[256], sub[256];
+  make_dir(dir, sizeof(dir), "events");
+  make_path(a, sizeof(a), dir, "a.txt");
+  make_path(b, sizeof(b), dir, "b.txt");
+  make_path(c2, sizeof(c2), dir, "c.txt");
+  make_path(sub, sizeof(sub), dir, "sub");
+
+  ctx_t *c = ctx_new();
+  gs_watcher_t *w = watcher_new(c);
+  CHECK(gs_watcher_count(w) == 0, "new watcher has watches");
+
+  uint64_t id = 0;
+  int err = -1;
+  int rc = gs_watcher_add(w, dir, 0, &id, &err);
+  CHECK(rc == GS_OK, "add: %d (uv %d)", rc, err);
+  CHECK(id == 1, "first watch id is %llu, not 1", (unsigned long long)id);
+  CHECK(err == 0, "uv_error %d after a successful add", err);
+  CHECK(gs_watcher_count(w) == 1, "count after add");
+
+  ctx_clear(c);
+  write_file(dir, "a.txt");
+  CHECK(wait_rec(c, id, "a.txt", GS_EVENT_RENAME), "no RENAME a.txt (create)");
+  CHECK(wait_rec(c, id, "a.txt", GS_EVENT_CHANGE), "no CHANGE a.txt (write)");
+
+  ctx_clear(c);
+  MUST(link(a, b) == 0);
+  CHECK(wait_rec(c, id, "b.txt", GS_EVENT_RENAME), "no RENAME b.txt (link)");
+
+  ctx_clear(c);
+  MUST(rename(b, c2) == 0);
+  CHECK(wait_rec(c, id, "b.txt", GS_EVENT_RENAME), "no RENAME b.txt (from)");
+  CHECK(wait_rec(c, id, "c.txt", GS_EVENT_RENAME), "no RENAME c.txt (to)");
+
+  ctx_clear(c);
+  MUST(unlink(a) == 0);
+  CHECK(wait_rec(c, id, "a.txt", GS_EVENT_RENAME), "no RENAME a.txt (unlink)");
+
+  ctx_clear(c);
+  MUST(mkdir(sub, 0700) == 0);
+  CHECK(wait_rec(c, id, "sub", GS_EVENT_RENAME), "no RENAME sub (mkdir)");
+
+  rc = gs_watcher_remove(w, id);
+  CHECK(rc == GS_OK, "remove: %d", rc);
+  atomic_store(&c->removed[id], 1);
+  CHECK(gs_watcher_count(w) == 0, "count after remove");
+  CHECK(gs_watcher_remove(w, id) == GS_ENOTFOUND, "second remove");
+  CHECK(gs_watcher_remove(w, 12345) == GS_ENOTFOUND, "remove unknown id");
+  CHECK(gs_watcher_remove(w, 0) == GS_ENOTFOUND, "remove id 0");
+  write_file(dir, "after.txt");  // must not reach the removed watch
+
+  uint64_t id2 = 0;
+  rc = gs_watcher_add(w, dir, 0, &id2, &err);
+  CHECK(rc == GS_OK && id2 == 2, "second add: %d, id %llu", rc,
+        (unsigned long long)id2);
+  const char *no_path = NULL;
+  CHECK(gs_watcher_add(w, no_path, 0, &id2, &err) == GS_EINVAL,
+        "add NULL path");
+
+  // Adding from the callback runs on the loop thread without waiting.
+  c->add_from_cb = 1;
+  write_file(dir, "d.txt");
+  CHECK(wait_rec(c, id2, "d.txt", GS_EVENT_RENAME), "no RENAME d.txt");
+  int64_t deadline = now_ms() + TIMEOUT_MS;
+  while (atomic_load(&c->cb_added_rc) == 1 && now_ms() < deadline)
+    sleep_ms(1);
+  CHECK(atomic_load(&c->cb_added_rc) == GS_OK, "add from callback: %d",
+        atomic_load(&c->cb_added_rc));
+  CHECK(atomic_load(&c->cb_added_id) == 3, "add from callback: id %llu",
+        (unsigned long long)atomic_load(&c->cb_added_id));
+  CHECK(gs_watcher_count(w) == 2, "count after add from callback");
+  CHECK(gs_watcher_remove(w, 3) == GS_OK, "remove watch added in callback");
+  atomic_store(&c->removed[3], 1);
+
+  gs_watcher_close(w);
+  ctx_free(c);
+}
+
+static void test_rescan(void) {
+  char dir[256];
+  make_dir(dir, sizeof(dir), "rescan");
+  ctx_t *c = ctx_new();
+  gs_watcher_t *w = watcher_new(c);
+
+  uint64_t id = 0;
+  int err = 0;
+  int rc = gs_watcher_add(w, dir, 20, &id, &err);
+  CHECK(rc == GS_OK, "add with rescan: %d", rc);
+  CHECK(wait_rec(c, id, NULL, GS_EVENT_RESCAN), "rescan timer never fired");
+  CHECK(wait_calls(c, id, 3), "rescan timer fired fewer than 3 times");
+
+  // Events still arrive next to the timer.
+  write_file(dir, "r.txt");
+  CHECK(wait_rec(c, id, "r.txt", GS_EVENT_RENAME), "no RENAME r.txt");
+
+  rc = gs_watcher_remove(w, id);
+  CHECK(rc == GS_OK, "remove: %d", rc);
+  atomic_store(&c->removed[id], 1);
+  unsigned long calls = atomic_load(&c->calls[id]);
+  sleep_ms(100);
+  CHECK(atomic_load(&c->calls[id]) == calls, "rescan after remove");
+
+  gs_watcher_close(w);
+  ctx_free(c);
+}
+
+static void test_missing(void) {
+  char missing[256];
+  make_path(missing, sizeof(missing), g_base, "no-such-folder");
+  ctx_t *c = ctx_new();
+  gs_watcher_t *w = watcher_new(c);
+
+  for (int i = 0; i < 2; i++) {
+    uint64_t id = 99;
+    int err = 0;
+    int rc = gs_watcher_add(w, missing, i == 0 ? 0 : 10, &id, &err);
+    CHECK(rc == GS_EUV, "add of a missing folder: %d", rc);
+    CHECK(err == UV_ENOENT, "add of a missing folder: uv %d (%s)", err,
+          err ? uv_strerror(err) : "none");
+    CHECK(id == 0, "failed add set id %llu", (unsigned long long)id);
+    CHECK(gs_watcher_count(w) == 0, "failed add counted");
+  }
+  // Failed adds do not break the ids that follow.
+  uint64_t id = 0;
+  int err = 0;
+  int rc = gs_watcher_add(w, g_base, 0, &id, &err);
+  CHECK(rc == GS_OK && id >= 1, "add after failures: %d", rc);
+
+  gs_watcher_close(w);  // with the watch still registered
+  ctx_free(c);
+}
+
+typedef struct {
+  ctx_t *c;
+  uint64_t id;
+  int rc;
+} remover_t;
+
+static void *remover_main(void *arg) {
+  remover_t *r = arg;
+  sleep_ms(50);
+  r->rc = gs_watcher_remove(r->c->w, r->id);
+  atomic_store(&r->c->removed[r->id], 1);
+  return NULL;
+}
+
+static void test_remove_other_thread(void) {
+  char dir[256];
+  make_dir(dir, sizeof(dir), "remove-thread");
+  ctx_t *c = ctx_new();
+  c->slow = 1;  // callbacks are likely running when remove is called
+  gs_watcher_t *w = watcher_new(c);
+
+  uint64_t fs_id = 0, timer_id = 0;
+  int err = 0;
+  CHECK(gs_watcher_add(w, dir, 0, &fs_id, &err) == GS_OK, "add fs watch");
+  CHECK(gs_watcher_add(w, dir, 1, &timer_id, &err) == GS_OK, "add timed");
+
+  churn_t ch;
+  churn_start(&ch, dir);
+  CHECK(wait_calls(c, fs_id, 1), "fs watch saw nothing");
+  CHECK(wait_calls(c, timer_id, 1), "timed watch saw nothing");
+
+  remover_t r1 = {c, fs_id, 1}, r2 = {c, timer_id, 1};
+  pthread_t t1, t2;
+  MUST(pthread_create(&t1, NULL, remover_main, &r1) == 0);
+  MUST(pthread_create(&t2, NULL, remover_main, &r2) == 0);
+  MUST(pthread_join(t1, NULL) == 0);
+  MUST(pthread_join(t2, NULL) == 0);
+  CHECK(r1.rc == GS_OK, "remove fs watch: %d", r1.rc);
+  CHECK(r2.rc == GS_OK, "remove timed watch: %d", r2.rc);
+  CHECK(gs_watcher_count(w) == 0, "count after removes");
+
+  // Any callback from here on is reported by on_event.
+  unsigned long fs_calls = atomic_load(&c->calls[fs_id]);
+  unsigned long timer_calls = atomic_load(&c->calls[timer_id]);
+  sleep_ms(100);
+  churn_stop(&ch);
+  CHECK(atomic_load(&c->calls[fs_id]) == fs_calls, "fs events after remove");
+  CHECK(atomic_load(&c->calls[timer_id]) == timer_calls,
+        "rescans after remove");
+
+  gs_watcher_close(w);
+  ctx_free(c);
+}
+
+static void test_remove_in_callback(void) {
+  char dir[256], dir2[256];
+  make_dir(dir, sizeof(dir), "remove-callback");
+  make_dir(dir2, sizeof(dir2), "remove-callback-timer");
+  ctx_t *c = ctx_new();
+  c->self_remove = 1;
+  gs_watcher_t *w = watcher_new(c);
+
+  // Two watches of one folder share an inotify watch in libuv: the first
+  // removing itself must not disturb the second.
+  uint64_t a = 0, b = 0, t = 0;
+  int err = 0;
+  CHECK(gs_watcher_add(w, dir, 0, &a, &err) == GS_OK, "add a");
+  CHECK(gs_watcher_add(w, dir, 0, &b, &err) == GS_OK, "add b");
+  CHECK(gs_watcher_add(w, dir2, 1, &t, &err) == GS_OK, "add timed");
+
+  // One write makes several inotify events (create, modify), typically
+  // read in one batch: only the first may be delivered.
+  for (int i = 0; i < 5; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "f%d", i);
+    write_file(dir, name);
+    write_file(dir2, name);
+  }
+  CHECK(wait_calls(c, a, 1), "watch a saw nothing");
+  CHECK(wait_calls(c, b, 1), "watch b saw nothing");
+  CHECK(wait_calls(c, t, 1), "timed watch saw nothing");
+  sleep_ms(100);
+  write_file(dir, "late");
+  sleep_ms(50);
+  CHECK(atomic_load(&c->calls[a]) == 1, "watch a: %lu callbacks",
+        atomic_load(&c->calls[a]));
+  CHECK(atomic_load(&c->calls[b]) == 1, "watch b: %lu callbacks",
+        atomic_load(&c->calls[b]));
+  CHECK(atomic_load(&c->calls[t]) == 1, "timed watch: %lu callbacks",
+        atomic_load(&c->calls[t]));
+  CHECK(gs_watcher_count(w) == 0, "count after removes in callback: %zu",
+        gs_watcher_count(w));
+  CHECK(gs_watcher_remove(w, a) == GS_ENOTFOUND, "remove of removed a");
+
+  gs_watcher_close(w);
+  ctx_free(c);
+}
+
+#define THREADS 4
+#define ROUNDS 200
+
+typedef struct {
+  ctx_t *c;
+  const char *dir;
+  int index;
+  uint64_t ids[ROUNDS];
+} worker_t;
+
+static void *worker_main(void *arg) {
+  worker_t *wk = arg;
+  gs_watcher_t *w = wk->c->w;
+  for (int i = 0; i < ROUNDS; i++) {
+    uint64_t id = 0;
+    int err = 0;
+    uint64_t rescan = (uint64_t)((i + wk->index) % 3);  // 0: no timer
+    int rc = gs_watcher_add(w, wk->dir, rescan, &id, &err);
+    if (rc != GS_OK || id == 0 || id >= MAX_IDS) {
+      FAIL("thread %d round %d: add %d, id %llu", wk->index, i, rc,
+           (unsigned long long)id);
+      continue;
+    }
+    wk->ids[i] = id;
+    if (i % 4 == 0)
+      sleep_ms(1);  // let events and rescans reach some watches
+    rc = gs_watcher_remove(w, id);
+    CHECK(rc == GS_OK, "thread %d round %d: remove %d", wk->index, i, rc);
+    atomic_store(&wk->c->removed[id], 1);
+    rc = gs_watcher_remove(w, id);
+    CHECK(rc == GS_ENOTFOUND, "thread %d round %d: remove again %d",
+          wk->index, i, rc);
+  }
+  return NULL;
+}
+
+static void test_concurrent(void) {
+  char dir[256];
+  make_dir(dir, sizeof(dir), "concurrent");
+  ctx_t *c = ctx_new();
+  gs_watcher_t *w = watcher_new(c);
+
+  // A busy watch keeps the loop thread working throughout.
+  uint64_t busy = 0;
+  int err = 0;
+  CHECK(gs_watcher_add(w, dir, 1, &busy, &err) == GS_OK, "add busy watch");
+  churn_t ch;
+  churn_start(&ch, dir);
+
+  worker_t workers[THREADS];
+  pthread_t threads[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    workers[i] = (worker_t){.c = c, .dir = dir, .index = i};
+    MUST(pthread_create(&threads[i], NULL, worker_main, &workers[i]) == 0);
+  }
+  // Reading the count concurrently must be safe (and bounded).
+  for (int i = 0; i < 100; i++) {
+    size_t n = gs_watcher_count(w);
+    CHECK(n >= 1 && n <= 1 + THREADS, "count %zu during the stress", n);
+    sleep_ms(1);
+  }
+  for (int i = 0; i < THREADS; i++)
+    MUST(pthread_join(threads[i], NULL) == 0);
+  churn_stop(&ch);
+
+  static unsigned char seen[MAX_IDS];
+  memset(seen, 0, sizeof(seen));
+  seen[busy] = 1;
+  for (int t = 0; t < THREADS; t++) {
+    for (int i = 0; i < ROUNDS; i++) {
+      uint64_t id = workers[t].ids[i];
+      if (id == 0)
+        continue;  // already reported
+      CHECK(!seen[id], "watch id %llu given twice", (unsigned long long)id);
+      seen[id] = 1;
+      CHECK(i == 0 || id > workers[t].ids[i - 1], "ids not increasing");
+    }
+  }
+  CHECK(gs_watcher_count(w) == 1, "count after the stress: %zu",
+        gs_watcher_count(w));
+  CHECK(atomic_load(&c->calls[busy]) > 0, "busy watch saw nothing");
+
+  uint64_t last = 0;
+  CHECK(gs_watcher_add(w, dir, 0, &last, &err) == GS_OK, "add after stress");
+  CHECK(last == 2 + THREADS * ROUNDS, "id after the stress is %llu",
+        (unsigned long long)last);
+
+  gs_watcher_close(w);
+  ctx_free(c);
+}
+
+// Closing with every kind of watch registered while events flow.
+static void test_close_busy(void) {
+  char dir[256];
+  make_dir(dir, sizeof(dir), "close-busy");
+  ctx_t *c = ctx_new();
+  gs_watcher_t *w = watcher_new(c);
+  churn_t ch;
+  churn_start(&ch, dir);
+  for (int i = 0; i < 10; i++) {
+    uint64_t id = 0;
+    int err = 0;
+    CHECK(gs_watcher_add(w, dir, (uint64_t)(i % 2), &id, &err) == GS_OK,
+          "add %d", i);
+  }
+  CHECK(wait_calls(c, 1, 1), "no event before close");
+  gs_watcher_close(w);
+  churn_stop(&ch);
+  ctx_free(c);
+}
+
+typedef struct {
+  gs_watcher_t *w;
+} closer_t;
+
+static void *closer_main(void *arg) {
+  closer_t *cl = arg;
+  gs_watcher_close(cl->w);
+  return NULL;
+}
+
+// Runs in the first callback, blocking the loop thread while another
+// thread closes the watcher: add and remove must then say GS_ECLOSED.
+static void close_dance(ctx_t *c, uint64_t id) {
+  lock(&c->mu);
+  c->entered = 1;
+  MUST(pthread_cond_broadcast(&c->cv) == 0);
+  unlock(&c->mu);
+
+  // Until the closer thread got going, adds still succeed (directly, from
+  // the callback); those watches are closed with the rest.
+  int rc = GS_OK;
+  for (int i = 0; i < 2000 && rc == GS_OK; i++) {
+    uint64_t new_id = 0;
+    int err = 0;
+    rc = gs_watcher_add(c->w, g_base, 0, &new_id, &err);
+    if (rc == GS_OK)
+      sleep_ms(2);
+  }
+  int remove_rc = gs_watcher_remove(c->w, id);
+  atomic_store(&c->removed[id], 1);
+
+  lock(&c->mu);
+  c->cb_add_rc = rc;
+  c->cb_remove_rc = remove_rc;
+  c->closing_seen = 1;
+  MUST(pthread_cond_broadcast(&c->cv) == 0);
+  while (!c->main_done)
+    MUST(pthread_cond_wait(&c->cv, &c->mu) == 0);
+  unlock(&c->mu);
+}
+
+static void test_close_from_other_thread(void) {
+  char dir[256];
+  make_dir(dir, sizeof(dir), "close-dance");
+  ctx_t *c = ctx_new();
+  c->block_on_close = 1;
+  gs_watcher_t *w = watcher_new(c);
+
+  uint64_t id = 0, id2 = 0;
+  int err = 0;
+  CHECK(gs_watcher_add(w, dir, 0, &id2, &err) == GS_OK, "add plain watch");
+  CHECK(gs_watcher_add(w, dir, 5, &id, &err) == GS_OK, "add timed watch");
+
+  lock(&c->mu);
+  while (!c->entered)
+    MUST(pthread_cond_wait(&c->cv, &c->mu) == 0);
+  unlock(&c->mu);
+
+  closer_t cl = {w};
+  pthread_t closer;
+  MUST(pthread_create(&closer, NULL, closer_main, &cl) == 0);
+
+  lock(&c->mu);
+  while (!c->closing_seen)
+    MUST(pthread_cond_wait(&c->cv, &c->mu) == 0);
+  unlock(&c->mu);
+  CHECK(c->cb_add_rc == GS_ECLOSED, "add from callback while closing: %d",
+        c->cb_add_rc);
+  CHECK(c->cb_remove_rc == GS_ECLOSED,
+        "remove from callback while closing: %d", c->cb_remove_rc);
+
+  // The loop thread is held in the callback, so `w` is still alive.
+  uint64_t late = 7;
+  int rc = gs_watcher_add(w, dir, 0, &late, &err);
+  CHECK(rc == GS_ECLOSED, "add from another thread while closing: %d", rc);
+  CHECK(late == 0, "add while closing set an id");
+  rc = gs_watcher_remove(w, id2);
+  CHECK(rc == GS_ECLOSED, "remove from another thread while closing: %d", rc);
+
+  lock(&c->mu);
+  c->main_done = 1;
+  MUST(pthread_cond_broadcast(&c->cv) == 0);
+  unlock(&c->mu);
+  MUST(pthread_join(closer, NULL) == 0);
+  ctx_free(c);
+}
+
+#define MANY 100
+
+static void test_many(void) {
+  static char dirs[MANY][256];
+  static uint64_t ids[MANY];
+  ctx_t *c = ctx_new();
+  gs_watcher_t *w = watcher_new(c);
+  for (int i = 0; i < MANY; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "many%03d", i);
+    make_dir(dirs[i], sizeof(dirs[i]), name);
+    int err = 0;
+    int rc = gs_watcher_add(w, dirs[i], i % 10 == 0 ? 50 : 0, &ids[i], &err);
+    CHECK(rc == GS_OK, "add %d: %d (uv %d)", i, rc, err);
+  }
+  CHECK(gs_watcher_count(w) == MANY, "count %zu, not %d", gs_watcher_count(w),
+        MANY);
+  for (int i = 0; i < MANY; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "file%03d", i);
+    write_file(dirs[i], name);
+  }
+  for (int i = 0; i < MANY; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "file%03d", i);
+    CHECK(wait_rec(c, ids[i], name, GS_EVENT_RENAME), "watch %d: no %s", i,
+          name);
+  }
+  // Events go to the right watch only.
+  lock(&c->mu);
+  for (size_t r = 0; r < c->nrecs; r++) {
+    rec_t *rec = &c->recs[r];
+    if (!rec->has_name)
+      continue;
+    int index = -1;
+    for (int i = 0; i < MANY; i++)
+      if (ids[i] == rec->id)
+        index = i;
+    char want[32];
+    snprintf(want, sizeof(want), "file%03d", index);
+    CHECK(index >= 0 && strcmp(rec->name, want) == 0,
+          "watch %llu got %s", (unsigned long long)rec->id, rec->name);
+  }
+  unlock(&c->mu);
+  // Remove half; close with the other half still registered.
+  for (int i = 0; i < MANY; i += 2) {
+    CHECK(gs_watcher_remove(w, ids[i]) == GS_OK, "remove %d", i);
+    atomic_store(&c->removed[ids[i]], 1);
+  }
+  CHECK(gs_watcher_count(w) == MANY / 2, "count after removing half");
+  gs_watcher_close(w);
+  ctx_free(c);
+}
+
+int main(void) {
+  // Output order matters more than speed when something fails.
+  setvbuf(stdout, NULL, _IONBF, 0);
+  snprintf(g_base, sizeof(g_base), "/tmp/gs_watcher_test.XXXXXX");
+  MUST(mkdtemp(g_base) != NULL);
+
+  struct {
+    const char *name;
+    void (*run)(void);
+  } tests[] = {
+      {"errors", test_errors},
+      {"events", test_events},
+      {"rescan", test_rescan},
+      {"missing", test_missing},
+      {"remove_other_thread", test_remove_other_thread},
+      {"remove_in_callback", test_remove_in_callback},
+      {"concurrent", test_concurrent},
+      {"close_busy", test_close_busy},
+      {"close_from_other_thread", test_close_from_other_thread},
+      {"many", test_many},
+  };
+  int failed_tests = 0;
+  for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+    int before = atomic_load(&g_failures);
+    int64_t start = now_ms();
+    tests[i].run();
+    int failed = atomic_load(&g_failures) != before;
+    failed_tests += failed;
+    printf("%s %s (%lld ms)\n", failed ? "FAIL" : "ok  ", tests[i].name,
+           (long long)(now_ms() - start));
+  }
+
+  MUST(nftw(g_base, rm_entry, 16, FTW_DEPTH | FTW_PHYS) == 0);
+  if (failed_tests != 0) {
+    printf("%d test(s) failed, %d check(s)\n", failed_tests,
+           atomic_load(&g_failures));
+    return 1;
+  }
+  printf("all watcher tests passed\n");
+  return 0;
+}
