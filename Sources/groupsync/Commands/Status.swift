@@ -1,0 +1,35 @@
+import ArgumentParser
+import Foundation
+import GroupSync
+
+struct Status: AsyncParsableCommand {
+  static let configuration = CommandConfiguration(
+    abstract: "Show the store's UUID and sequence, and each listener with its backlog.")
+
+  @Argument(help: "The group folder.")
+  var directory: String
+
+  @Flag(name: .long, help: "Print JSON.")
+  var json = false
+
+  func run() async throws {
+    try await GroupSyncCommand.reportingErrors {
+      let status = try GroupFolder(path: directory, create: false).status()
+      if json {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        printLine(String(decoding: try encoder.encode(status), as: UTF8.self))
+        return
+      }
+      printLine("group:    \(status.path)")
+      printLine("store:    \(status.storeID.uuidString)")
+      printLine("sequence: \(status.sequence)")
+      printLine("capture:  \(status.usesPreUpdateHook ? "pre-update hook" : "update hook (fallback)")")
+      if status.listeners.isEmpty { printLine("listeners: none") }
+      for listener in status.listeners {
+        let state = listener.isLive ? "live (pid \(listener.processID.map(String.init) ?? "?"))" : "dead"
+        printLine("listener  \(listener.name): \(state), backlog \(listener.backlog)")
+      }
+    }
+  }
+}

@@ -1,0 +1,34 @@
+import ArgumentParser
+import Foundation
+import GroupSync
+
+@main
+struct GroupSyncCommand: AsyncParsableCommand {
+  static let configuration = CommandConfiguration(
+    commandName: "groupsync",
+    abstract: "Keep processes that share an SQLite store in step.",
+    subcommands: [Init.self, Exec.self, Watch.self, Status.self, Demo.self])
+
+  /// Runs `body`, turning any error into one line on stderr and exit 1.
+  static func reportingErrors<T>(_ body: () async throws -> T) async throws -> T {
+    do {
+      return try await body()
+    } catch let error as ExitCode {
+      throw error
+    } catch let error as CleanExit {
+      throw error
+    } catch {
+      FileHandle.standardError.write(Data("groupsync: \(error)\n".utf8))
+      throw ExitCode.failure
+    }
+  }
+}
+
+/// Prints one line and flushes it, so pipes see each line at once.
+func printLine(_ line: String) {
+  FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+func printError(_ line: String) {
+  FileHandle.standardError.write(Data(("groupsync: " + line + "\n").utf8))
+}
