@@ -1,0 +1,215 @@
+import Foundation
+import Testing
+
+@testable import GroupSync
+
+/// The C capture's edge cases, seen through the change sets a store
+/// produces, on both hooks.
+@Suite(.serialized) struct CaptureTests {
+  static let hooks = [false, true]  // forceUpdateHook
+
+  let folder: TemporaryFolder
+
+  init() throws { folder = try TemporaryFolder() }
+
+  func makeGroup(forceUpdateHook: Bool = false, _ schema: String) throws -> GroupFolder {
+    let group = try GroupFolder(path: folder.child(UUID().uuidString), forceUpdateHook: forceUpdateHook)
+    try group.store.write { try $0.execute(schema) }
+    return group
+  }
+
+  func commit(_ group: GroupFolder, _ sql: String) throws -> ChangeSet? {
+    try group.store.writeAndReturnChangeSet { try $0.execute(sql) }.changeSet
+  }
+
+  func ids(_ group: GroupFolder, _ table: String, _ rowIDs: [Int64]) -> Set<ObjectID> {
+    Set(rowIDs.map { ObjectID(storeID: group.store.storeID, table: table, rowID: $0) })
+  }
+
+  @Test func usesThePreUpdateHookWhereSQLiteHasIt() throws {
+    let group = try makeGroup("CREATE TABLE t(x)")
+    #expect(group.store.usesPreUpdateHook)
+    let fallback = try makeGroup(forceUpdateHook: true, "CREATE TABLE t(x)")
+    #expect(!fallback.store.usesPreUpdateHook)
+  }
+
+  @Test(arguments: hooks)
+  func reportsNetEffectPerRow(forceUpdateHook: Bool) throws {
+    let group = try makeGroup(forceUpdateHook: forceUpdateHook, "CREATE TABLE t(x); INSERT INTO t(rowid, x) VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    let changes = try #require(try commit(group, """
+      INSERT INTO t(rowid, x) VALUES (10, 'new');
+      UPDATE t SET x = 'changed' WHERE rowid = 10;
+      UPDATE t SET x = 'B' WHERE rowid = 2;
+      DELETE FROM t WHERE rowid = 3;
+      INSERT INTO t(rowid, x) VALUES (11, 'gone'); DELETE FROM t WHERE rowid = 11;
+      """))
+    #expect(changes.inserted == ids(group, "t", [10]))
+    #expect(changes.updated == ids(group, "t", [2]))
+    #expect(changes.deleted == ids(group, "t", [3]))
+    #expect(changes.invalidatedTables.isEmpty)
+  }
+
+  @Test(arguments: hooks)
+  func rollbackReportsNothingAndAllocatesNoSequence(forceUpdateHook: Bool) throws {
+    let group = try makeGroup(forceUpdateHook: forceUpdateHook, "CREATE TABLE t(x)")
+    let before = try group.store.currentSequence()
+    struct Abort: Error {}
+    #expect(throws: Abort.self) {
+      try group.store.write { db in
+        try db.execute("INSERT INTO t VALUES (1)")
+        throw Abort()
+      }
+    }
+    #expect(try group.store.currentSequence() == before)
+    #expect(try group.store.read { try $0.scalar("SELECT count(*) FROM t") } == .integer(0))
+    // The next transaction reports only its own row.
+    let changes = try #require(try commit(group, "INSERT INTO t(rowid, x) VALUES (5, 5)"))
+    #expect(changes.sequence == before + 1)
+    #expect(changes.inserted == ids(group, "t", [5]))
+  }
+
+  @Test func noChangeMeansNoChangeSetAndNoSequence() throws {
+    let group = try makeGroup("CREATE TABLE t(x); INSERT INTO t VALUES (1)")
+    let before = try group.store.currentSequence()
+    #expect(try commit(group, "SELECT * FROM t; UPDATE t SET x = 2 WHERE 0") == nil)
+    #expect(try group.store.currentSequence() == before)
+  }
+
+  @Test func sequencesAreGapless() throws {
+    let group = try makeGroup("CREATE TABLE t(x)")
+    let first = try group.store.currentSequence()
+    var seen: [Int64] = []
+    for index in 0..<20 {
+      if index % 3 == 0 { _ = try commit(group, "SELECT 1") }  // no changes
+      seen.append(try #require(try commit(group, "INSERT INTO t VALUES (\(index))")).sequence)
+    }
+    #expect(seen == Array((first + 1)...(first + 20)))
+  }
+
+  @Test func savepointRollbackMayOverReportButNeverUnderReports() throws {
+    let group = try makeGroup("CREATE TABLE t(x); INSERT INTO t(rowid, x) VALUES (1, 'a')")
+    let changes = try #require(try commit(group, """
+      SAVEPOINT s; INSERT INTO t(rowid, x) VALUES (2, 'b'); UPDATE t SET x = 'z' WHERE rowid = 1; ROLLBACK TO s; RELEASE s;
+      INSERT INTO t(rowid, x) VALUES (3, 'c');
+      """))
+    #expect(changes.inserted.isSuperset(of: ids(group, "t", [3])))
+    // Rows 1 and 2 are unchanged in the store; naming them is allowed.
+    #expect(try group.store.read { try $0.rows("SELECT rowid, x FROM t ORDER BY rowid") } == [[1, "a"], [3, "c"]])
+  }
+
+  @Test func releasedSavepointChangesAreReported() throws {
+    let group = try makeGroup("CREATE TABLE t(x)")
+    let changes = try #require(try commit(group, "SAVEPOINT s; INSERT INTO t(rowid, x) VALUES (1, 'a'); RELEASE s"))
+    #expect(changes.inserted == ids(group, "t", [1]))
+  }
+
+  @Test func replaceReportsTheRowsItDeletes() throws {
+    let group = try makeGroup("""
+      CREATE TABLE people(id INTEGER PRIMARY KEY, email TEXT UNIQUE);
+      INSERT INTO people VALUES (1, 'a@x'), (2, 'b@x');
+      """)
+    // Row 3 takes b@x: REPLACE silently deletes row 2.
+    let changes = try #require(try commit(group, "INSERT OR REPLACE INTO people VALUES (3, 'b@x')"))
+    #expect(changes.inserted == ids(group, "people", [3]))
+    #expect(changes.deleted == ids(group, "people", [2]))
+    // Replacing a row by its own rowid is an update of that ID.
+    let same = try #require(try commit(group, "REPLACE INTO people VALUES (1, 'c@x')"))
+    #expect(same.updated == ids(group, "people", [1]))
+  }
+
+  @Test(arguments: hooks)
+  func deleteWithoutWhereReportsEveryRow(forceUpdateHook: Bool) throws {
+    let group = try makeGroup(forceUpdateHook: forceUpdateHook, """
+      CREATE TABLE t(x); WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100)
+      INSERT INTO t(rowid, x) SELECT i, i FROM n;
+      """)
+    let changes = try #require(try commit(group, "DELETE FROM t"))
+    #expect(changes.deleted == ids(group, "t", Array(1...100)))
+  }
+
+  @Test func withoutRowIDTablesAreInvalidatedAsAWhole() throws {
+    let group = try makeGroup("""
+      CREATE TABLE tags(name TEXT PRIMARY KEY, uses INT) WITHOUT ROWID; CREATE TABLE t(x);
+      """)
+    let changes = try #require(try commit(group, "INSERT INTO tags VALUES ('a', 1); INSERT INTO t(rowid, x) VALUES (0, 'zero')"))
+    #expect(changes.invalidatedTables == [TableID(storeID: group.store.storeID, table: "tags")])
+    #expect(changes.tables["tags"] == nil)
+    // Rowid 0 of a rowid table stays a row.
+    #expect(changes.inserted == ids(group, "t", [0]))
+  }
+
+  @Test func changedRowIDIsADeleteAndAnInsert() throws {
+    let group = try makeGroup("CREATE TABLE t(x); INSERT INTO t(rowid, x) VALUES (1, 'a')")
+    let changes = try #require(try commit(group, "UPDATE t SET rowid = 9 WHERE rowid = 1"))
+    #expect(changes.deleted == ids(group, "t", [1]))
+    #expect(changes.inserted == ids(group, "t", [9]))
+  }
+
+  @Test func manyTablesInOneTransaction() throws {
+    let count = 60
+    let schema = (0..<count).map { "CREATE TABLE t\($0)(x)" }.joined(separator: ";")
+    let group = try makeGroup(schema)
+    let changes = try #require(try commit(group, (0..<count).map { "INSERT INTO t\($0)(rowid, x) VALUES (\($0 + 1), 1)" }.joined(separator: ";")))
+    #expect(changes.tables.count == count)
+    for index in 0..<count { #expect(changes.tables["t\(index)"]?.inserted == [Int64(index + 1)]) }
+  }
+
+  @Test func tableNamesThatNeedPercentEncoding() throws {
+    let group = try makeGroup(#"CREATE TABLE "order items/2024 ü%"(x)"#)
+    let changes = try #require(try commit(group, #"INSERT INTO "order items/2024 ü%"(rowid, x) VALUES (4, 1)"#))
+    let id = try #require(changes.inserted.first)
+    #expect(id.uri.hasSuffix("/order%20items%2F2024%20%C3%BC%25/p4"))
+    #expect(try ObjectID(uri: id.uri) == id)
+  }
+
+  @Test func tenThousandRowTransaction() throws {
+    let group = try makeGroup("CREATE TABLE t(x)")
+    let changes = try #require(try commit(group, """
+      WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10000)
+      INSERT INTO t(rowid, x) SELECT i, i FROM n
+      """))
+    #expect(changes.tables["t"]?.inserted == Array(1...10_000))
+    let decoded = try ChangeSetEncoding.decode(ChangeSetEncoding.encode(changes))
+    #expect(decoded == changes)
+  }
+
+  @Test func internalAndTemporaryTablesAreNotReported() throws {
+    let group = try makeGroup("CREATE TABLE t(x INTEGER PRIMARY KEY AUTOINCREMENT)")
+    let changes = try #require(try commit(group, """
+      CREATE TEMP TABLE scratch(y); INSERT INTO scratch VALUES (1);
+      INSERT INTO t VALUES (NULL);
+      """))
+    #expect(Set(changes.tables.keys) == ["t"])  // no sqlite_sequence, groupsync_store or temp
+  }
+
+  @Test func aCommitInsideTheClosureIsRefused() throws {
+    let group = try makeGroup("CREATE TABLE t(x)")
+    let before = try group.store.currentSequence()
+    #expect(throws: SQLiteError.self) {
+      try group.store.write { try $0.execute("INSERT INTO t VALUES (1); COMMIT") }
+    }
+    #expect(try group.store.read { try $0.scalar("SELECT count(*) FROM t") } == .integer(0))
+    #expect(try group.store.currentSequence() == before)
+    // The store still works afterwards.
+    #expect(try commit(group, "INSERT INTO t VALUES (2)") != nil)
+  }
+
+  @Test func badSQLLeavesTheStoreUnchanged() throws {
+    let group = try makeGroup("CREATE TABLE t(x)")
+    let before = try group.store.currentSequence()
+    #expect {
+      try group.store.write { try $0.execute("INSERT INTO t VALUES (1); INSERT INTO nope VALUES (2)") }
+    } throws: { error in
+      (error as? SQLiteError)?.message.contains("no such table: nope") == true
+    }
+    #expect(try group.store.read { try $0.scalar("SELECT count(*) FROM t") } == .integer(0))
+    #expect(try group.store.currentSequence() == before)
+  }
+
+  @Test func storeIDIsCreatedOnceAndKept() throws {
+    let folder = try TemporaryFolder()
+    let first = try GroupFolder(path: folder.path).store.storeID
+    let second = try GroupFolder(path: folder.path).store.storeID
+    #expect(first == second)
+  }
+}
