@@ -63,6 +63,10 @@ import Testing
     (#"{"format":"groupsync-changeset","version":1,"store":"6F9619FF-8B86-D011-B42D-00C04FC964FF","seq":0,"committedAtNs":0,"pid":1,"tables":{},"invalidatedTables":[]}"#, "not positive"),
     (#"{"format":"groupsync-changeset","version":1,"store":"6F9619FF-8B86-D011-B42D-00C04FC964FF","seq":1,"committedAtNs":0,"pid":1,"tables":{"t":{"inserted":["1"]}},"invalidatedTables":[]}"#, "wrong type"),
     (#"{"format":"groupsync-changeset","version":1,"store":"6F9619FF-8B86-D011-B42D-00C04FC964FF","seq":1,"committedAtNs":0,"pid":1,"tables":{"":{}},"invalidatedTables":[]}"#, "empty"),
+    (#"{"format":"groupsync-changeset","version":true}"#, "wrong type at 'version'"),
+    (#"{"format":"groupsync-changeset","version":1,"store":"6F9619FF-8B86-D011-B42D-00C04FC964FF","seq":1.5,"committedAtNs":0,"pid":1,"tables":{},"invalidatedTables":[]}"#, "wrong type at 'seq'"),
+    (#"{"format":"groupsync-changeset","version":1,"store":"6F9619FF-8B86-D011-B42D-00C04FC964FF","seq":1,"committedAtNs":0,"pid":1,"tables":{"t":{"deleted":[1e30]}},"invalidatedTables":[]}"#, "wrong type at 'tables.t.deleted'"),
+    (#"{"format":"groupsync-changeset","version":1,"store":"6F9619FF-8B86-D011-B42D-00C04FC964FF","seq":1,"committedAtNs":0,"pid":1,"tables":[],"invalidatedTables":[]}"#, "wrong type at 'tables'"),
   ])
   func rejectsBadFiles(_ text: String, _ reason: String) {
     #expect {
@@ -71,6 +75,17 @@ import Testing
       guard case GroupSyncError.invalidChangeSet(let name, let message) = error else { return false }
       return name == "f" && message.contains(reason)
     }
+  }
+
+  @Test func readsFilesWithWhitespaceAndAnyKeyOrder() throws {
+    let text = """
+      { "version": 1, "format": "groupsync-changeset", "seq": 3, "pid": 1, "committedAtNs": 5,
+        "store": "6F9619FF-8B86-D011-B42D-00C04FC964FF", "invalidatedTables": [],
+        "tables": { "t": { "updated": [ 2, 1 ] } } }
+      """
+    let decoded = try ChangeSetEncoding.decode(Array(text.utf8))
+    #expect(decoded.sequence == 3)
+    #expect(decoded.tables["t"]?.updated == [2, 1])
   }
 
   @Test func rejectsEveryTruncation() throws {

@@ -20,102 +20,171 @@ public enum ChangeSetEncoding {
   /// Files larger than this are rejected unread.
   public static let defaultMaximumSize = 64 << 20
 
-  private struct File: Codable {
-    var format: String
-    var version: Int
-    var store: String
-    var seq: Int64
-    var committedAtNs: Int64
-    var pid: Int32
-    var tables: [String: Table]
-    var invalidatedTables: [String]
-  }
-
-  private struct Table: Codable {
-    var inserted: [Int64]?
-    var updated: [Int64]?
-    var deleted: [Int64]?
-  }
-
-  /// Only the two keys every version must keep, checked before the rest.
-  private struct Header: Decodable {
-    var format: String
-    var version: Int
-  }
-
-  /// Encodes a change set as a version-1 file.
+  /// Encodes a change set as a version-1 file: compact JSON with sorted
+  /// keys, written by hand because this runs on every commit.
   public static func encode(_ changeSet: ChangeSet) -> [UInt8] {
-    let file = File(
-      format: format, version: version, store: changeSet.storeID.uuidString,
-      seq: changeSet.sequence, committedAtNs: changeSet.committedAtNanoseconds,
-      pid: changeSet.writerProcessID,
-      tables: changeSet.tables.mapValues {
-        Table(
-          inserted: $0.inserted.isEmpty ? nil : $0.inserted,
-          updated: $0.updated.isEmpty ? nil : $0.updated,
-          deleted: $0.deleted.isEmpty ? nil : $0.deleted)
-      },
-      invalidatedTables: changeSet.invalidatedTableNames.sorted())
-    let encoder = JSONEncoder()
-    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-    // Encoding plain strings and integers cannot fail.
-    return Array(try! encoder.encode(file))
+    var out: [UInt8] = []
+    out.reserveCapacity(192 + changeSet.rowCount * 8)
+    out.append(contentsOf: #"{"committedAtNs":"#.utf8)
+    out.append(contentsOf: String(changeSet.committedAtNanoseconds).utf8)
+    out.append(contentsOf: #","format":"groupsync-changeset","invalidatedTables":["#.utf8)
+    for (index, table) in changeSet.invalidatedTableNames.sorted().enumerated() {
+      if index > 0 { out.append(UInt8(ascii: ",")) }
+      appendString(table, to: &out)
+    }
+    out.append(contentsOf: #"],"pid":"#.utf8)
+    out.append(contentsOf: String(changeSet.writerProcessID).utf8)
+    out.append(contentsOf: #","seq":"#.utf8)
+    out.append(contentsOf: String(changeSet.sequence).utf8)
+    out.append(contentsOf: #","store":""#.utf8)
+    out.append(contentsOf: changeSet.storeID.uuidString.utf8)
+    out.append(contentsOf: #"","tables":{"#.utf8)
+    for (index, table) in changeSet.tables.keys.sorted().enumerated() {
+      if index > 0 { out.append(UInt8(ascii: ",")) }
+      appendString(table, to: &out)
+      out.append(contentsOf: ":{".utf8)
+      let changes = changeSet.tables[table]!
+      var first = true
+      for (key, rowIDs) in [("deleted", changes.deleted), ("inserted", changes.inserted), ("updated", changes.updated)]
+      where !rowIDs.isEmpty {
+        if !first { out.append(UInt8(ascii: ",")) }
+        first = false
+        out.append(UInt8(ascii: "\""))
+        out.append(contentsOf: key.utf8)
+        out.append(contentsOf: #"":["#.utf8)
+        for (offset, rowID) in rowIDs.enumerated() {
+          if offset > 0 { out.append(UInt8(ascii: ",")) }
+          out.append(contentsOf: String(rowID).utf8)
+        }
+        out.append(UInt8(ascii: "]"))
+      }
+      out.append(UInt8(ascii: "}"))
+    }
+    out.append(contentsOf: #"},"version":"#.utf8)
+    out.append(contentsOf: String(version).utf8)
+    out.append(UInt8(ascii: "}"))
+    return out
   }
+
+  /// Appends a JSON string literal, escaping quotes, backslashes and
+  /// control characters.
+  private static func appendString(_ text: String, to out: inout [UInt8]) {
+    out.append(UInt8(ascii: "\""))
+    for byte in text.utf8 {
+      switch byte {
+      case UInt8(ascii: "\""), UInt8(ascii: "\\"):
+        out.append(UInt8(ascii: "\\"))
+        out.append(byte)
+      case 0..<0x20:
+        out.append(contentsOf: "\\u00".utf8)
+        out.append(hexDigits[Int(byte >> 4)])
+        out.append(hexDigits[Int(byte & 0xf)])
+      default:
+        out.append(byte)
+      }
+    }
+    out.append(UInt8(ascii: "\""))
+  }
+
+  private static let hexDigits = Array("0123456789abcdef".utf8)
 
   /// Decodes a file; `name` is only used in errors.
   public static func decode(_ bytes: [UInt8], name: String = "<bytes>") throws -> ChangeSet {
-    func fail(_ reason: String) -> GroupSyncError { .invalidChangeSet(file: name, reason: reason) }
-    let data = Data(bytes)
-    let decoder = JSONDecoder()
-    let header: Header
+    func fail(_ reason: String) -> GroupSyncError { GroupSyncError.invalidChangeSet(file: name, reason: reason) }
+    let parsed: Any
     do {
-      header = try decoder.decode(Header.self, from: data)
+      parsed = try JSONSerialization.jsonObject(with: Data(bytes))
     } catch {
-      throw fail("not a change-set JSON object (\(Self.summary(of: error)))")
+      throw fail("not a change-set JSON object (corrupt JSON)")
     }
-    guard header.format == format else { throw fail("format is '\(header.format)', expected '\(format)'") }
-    guard header.version >= 1 && header.version <= version else {
-      throw fail("version \(header.version) is not supported (this library reads 1...\(version))")
+    guard let object = parsed as? [String: Any] else { throw fail("not a change-set JSON object") }
+    let fields = Fields(object: object, fail: fail)
+    let fileFormat: String = try fields.required("format")
+    guard fileFormat == format else { throw fail("format is '\(fileFormat)', expected '\(format)'") }
+    let fileVersion: Int = try fields.required("version")
+    guard fileVersion >= 1 && fileVersion <= version else {
+      throw fail("version \(fileVersion) is not supported (this library reads 1...\(version))")
     }
-    let file: File
-    do {
-      file = try decoder.decode(File.self, from: data)
-    } catch {
-      throw fail(Self.summary(of: error))
+    let store: String = try fields.required("store")
+    guard let storeID = UUID(uuidString: store) else { throw fail("'\(store)' is not a store UUID") }
+    let sequence: Int64 = try fields.required("seq")
+    guard sequence > 0 else { throw fail("seq \(sequence) is not positive") }
+    let committedAt: Int64 = try fields.required("committedAtNs")
+    let pid: Int32 = try fields.required("pid")
+    let tableObjects: [String: Any] = try fields.required("tables")
+    var tables: [String: TableChanges] = [:]
+    for (table, value) in tableObjects {
+      guard !table.isEmpty, !table.utf8.contains(0) else { throw fail("a table name is empty or contains NUL") }
+      guard let changes = value as? [String: Any] else { throw fail("wrong type at 'tables.\(table)': expected an object") }
+      let tableFields = Fields(object: changes, prefix: "tables.\(table).", fail: fail)
+      tables[table] = TableChanges(
+        inserted: try tableFields.optional("inserted") ?? [],
+        updated: try tableFields.optional("updated") ?? [],
+        deleted: try tableFields.optional("deleted") ?? [])
     }
-    guard let storeID = UUID(uuidString: file.store) else { throw fail("'\(file.store)' is not a store UUID") }
-    guard file.seq > 0 else { throw fail("seq \(file.seq) is not positive") }
-    for table in file.tables.keys where table.isEmpty || table.utf8.contains(0) {
-      throw fail("a table name is empty or contains NUL")
-    }
-    for table in file.invalidatedTables where table.isEmpty || table.utf8.contains(0) {
+    let invalidated: [String] = try fields.required("invalidatedTables")
+    for table in invalidated where table.isEmpty || table.utf8.contains(0) {
       throw fail("an invalidated table name is empty or contains NUL")
     }
     return ChangeSet(
-      storeID: storeID, sequence: file.seq, committedAtNanoseconds: file.committedAtNs,
-      writerProcessID: file.pid,
-      tables: file.tables.mapValues {
-        TableChanges(inserted: $0.inserted ?? [], updated: $0.updated ?? [], deleted: $0.deleted ?? [])
-      },
-      invalidatedTableNames: Set(file.invalidatedTables))
+      storeID: storeID, sequence: sequence, committedAtNanoseconds: committedAt, writerProcessID: pid,
+      tables: tables, invalidatedTableNames: Set(invalidated))
   }
 
-  /// A one-line reason from a DecodingError.
-  private static func summary(of error: any Error) -> String {
-    guard let error = error as? DecodingError else { return "\(error)" }
-    switch error {
-    case .dataCorrupted(let context):
-      return "corrupt JSON: \(context.debugDescription)"
-    case .keyNotFound(let key, let context):
-      return "missing key '\(path(context.codingPath + [key]))'"
-    case .typeMismatch(_, let context), .valueNotFound(_, let context):
-      return "wrong type at '\(path(context.codingPath))': \(context.debugDescription)"
-    @unknown default:
-      return "\(error)"
+  /// Typed access to the keys of a parsed JSON object, with errors that
+  /// name the key.
+  private struct Fields {
+    let object: [String: Any]
+    var prefix = ""
+    let fail: (String) -> GroupSyncError
+
+    func required<T>(_ key: String) throws -> T {
+      guard let value = object[key] else { throw fail("missing key '\(prefix)\(key)'") }
+      return try cast(value, key)
     }
-  }
 
-  private static func path(_ keys: [any CodingKey]) -> String {
-    keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+    func optional<T>(_ key: String) throws -> T? {
+      guard let value = object[key] else { return nil }
+      return try cast(value, key) as T
+    }
+
+    private func cast<T>(_ value: Any, _ key: String) throws -> T {
+      // JSON numbers arrive as NSNumber; only exact integers convert.
+      if T.self == Int64.self || T.self == Int.self || T.self == Int32.self {
+        guard let number = value as? NSNumber, let exact = Self.integer(number, T.self) else {
+          throw fail("wrong type at '\(prefix)\(key)': expected an integer")
+        }
+        return exact
+      }
+      if T.self == [Int64].self {
+        guard let array = value as? [Any] else { throw fail("wrong type at '\(prefix)\(key)': expected an array of integers") }
+        var rowIDs: [Int64] = []
+        rowIDs.reserveCapacity(array.count)
+        for element in array {
+          guard let number = element as? NSNumber, let rowID = Self.integer(number, Int64.self) else {
+            throw fail("wrong type at '\(prefix)\(key)': expected an array of integers")
+          }
+          rowIDs.append(rowID)
+        }
+        return rowIDs as! T
+      }
+      guard let typed = value as? T else { throw fail("wrong type at '\(prefix)\(key)'") }
+      return typed
+    }
+
+    private static func integer<T>(_ number: NSNumber, _: T.Type) -> T? {
+      // Booleans are NSNumbers too ("c"); a fraction or an out-of-range
+      // number does not survive the round trip through Int64.
+      let type = number.objCType.pointee
+      guard type != CChar(UInt8(ascii: "c")) && type != CChar(UInt8(ascii: "B")) else { return nil }
+      let exact = number.int64Value
+      guard Double(exact) == number.doubleValue else { return nil }
+      switch T.self {
+      case is Int64.Type: return exact as? T
+      case is Int.Type: return Int(exact) as? T
+      case is Int32.Type: return Int32(exactly: exact) as? T
+      default: return nil
+      }
+    }
   }
 }
