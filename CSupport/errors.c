@@ -1,9 +1,5 @@
 // errors: descriptions of the GS_E* codes.
 
-#if defined(__GNUC__) && !defined(__clang__)
-// The header's `#pragma clang assume_nonnull` is unknown to gcc.
-#pragma GCC diagnostic ignored "-Wunknown-pragmas"
-#endif
 
 #include "CGroupSync.h"
 

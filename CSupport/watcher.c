@@ -12,10 +12,6 @@
 // Lifetime: a watch is freed in the close callback of its last handle, the
 // watcher after its thread was joined and the loop closed.
 
-#if defined(__GNUC__) && !defined(__clang__)
-// The header's `#pragma clang assume_nonnull` is unknown to gcc.
-#pragma GCC diagnostic ignored "-Wunknown-pragmas"
-#endif
 
 #include "CGroupSync.h"
 
@@ -423,6 +419,7 @@ int gs_watcher_add(gs_watcher_t *watcher, const char *path,
   *watch_id = 0;
   *uv_error = 0;
   if (gs__on_loop_thread(watcher)) {
+    // From the callback: waiting for the loop would deadlock, and we are it.
     if (gs__is_closing(watcher))
       return GS_ECLOSED;
     return gs__do_add(watcher, path, rescan_ms, watch_id, uv_error);

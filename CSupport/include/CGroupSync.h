@@ -25,7 +25,9 @@ extern "C" {
 #define _Nonnull
 #endif
 
+#ifdef __clang__
 #pragma clang assume_nonnull begin
+#endif
 
 // MARK: Errors
 
@@ -170,7 +172,9 @@ void gs_watcher_close(gs_watcher_t *_Nullable watcher);
 /// Number of watches currently registered (for tests and status).
 size_t gs_watcher_count(gs_watcher_t *watcher);
 
+#ifdef __clang__
 #pragma clang assume_nonnull end
+#endif
 
 #ifdef __cplusplus
 }
