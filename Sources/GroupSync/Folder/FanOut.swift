@@ -1,18 +1,31 @@
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 import Logging
+import Synchronization
 
 /// Delivers a committed change set to every live listener of a group.
 ///
-/// The file is written once into `tmp/`, hard-linked into each live
-/// listener's inbox (each link appears complete, in one step), and the
-/// temporary name removed. Listeners of the writer's own process get the
-/// change set in memory instead: a process never reads its own change
-/// sets back from disk.
-struct FanOut: Sendable {
+/// The file is written once into `tmp/` and hard-linked into each live
+/// listener's inbox, the last one by rename: each name appears complete,
+/// in one step. Listeners of the writer's own process get the change set
+/// in memory instead: a process never reads its own change sets back from
+/// disk.
+final class FanOut: Sendable {
   let layout: GroupLayout
+  /// Open lock files of the listeners seen so far, so that probing one
+  /// costs two flock calls rather than an open and a close as well.
+  private let locks = Mutex<[String: LockProbe]>([:])
+  /// Makes temporary names unique to this process and this FanOut.
+  private let token = UInt32.random(in: 0...UInt32.max)
+
+  init(layout: GroupLayout) {
+    self.layout = layout
+  }
+
+  deinit {
+    locks.withLock { $0.values.forEach { System.close($0.fd) } }
+  }
 
   /// What one delivery did, for tests and benchmarks.
   struct Report: Equatable {
@@ -29,51 +42,90 @@ struct FanOut: Sendable {
       listener.receiveInProcess(changeSet)
       report.inProcess.append(listener.name)
     }
-    let names: [String]
+    let entries: [(name: String, inode: UInt64)]
     do {
-      names = try System.listDirectory(layout.listeners)
+      entries = try System.listDirectoryEntries(layout.listeners)
     } catch {
       Logger.groupSync.error("cannot list listeners: \(error)")
       return report
     }
     let localNames = Set(local.map(\.name))
     var targets: [String] = []
-    for name in names where !localNames.contains(name) && GroupLayout.isValidListenerName(name) {
-      if ListenerLock.isHeld(at: layout.lockFile(name)) {
-        targets.append(name)
-      } else {
-        report.skippedDead.append(name)
+    locks.withLock { locks in
+      for (name, inode) in entries where !localNames.contains(name) && GroupLayout.isValidListenerName(name) {
+        if isLive(name, folderInode: inode, cache: &locks) {
+          targets.append(name)
+        } else {
+          report.skippedDead.append(name)
+        }
+      }
+      // Forget listener folders that are gone.
+      if locks.count > entries.count {
+        let present = Set(entries.map(\.name))
+        for (name, probe) in locks where !present.contains(name) {
+          System.close(probe.fd)
+          locks[name] = nil
+        }
       }
     }
     guard !targets.isEmpty else { return report }
     let fileName = GroupLayout.fileName(sequence: changeSet.sequence)
-    let tmpPath = "\(layout.tmp)/\(fileName).\(System.processID).tmp"
+    let tmpPath = "\(layout.tmp)/\(fileName).\(System.processID).\(token).tmp"
     do {
       try write(ChangeSetEncoding.encode(changeSet), to: tmpPath)
     } catch {
       Logger.groupSync.error("cannot publish change set \(changeSet.sequence): \(error)")
       return report
     }
-    defer { _ = unlink(tmpPath) }
-    for name in targets {
+    for (index, name) in targets.enumerated() {
       let destination = layout.inbox(name) + "/" + fileName
-      if link(tmpPath, destination) == 0 {
+      let isLast = index == targets.count - 1
+      // The last inbox takes the temporary name itself.
+      let (call, result) = isLast ? ("rename", rename(tmpPath, destination)) : ("link", link(tmpPath, destination))
+      if result == 0 {
         report.delivered.append(name)
       } else if errno != ENOENT {  // ENOENT: the listener went away meanwhile
-        let error = GroupSyncError.system(call: "link", path: destination, errno: errno)
+        let error = GroupSyncError.system(call: call, path: destination, errno: errno)
         Logger.groupSync.error("cannot deliver change set \(changeSet.sequence) to '\(name)': \(error)")
       }
     }
+    _ = unlink(tmpPath)  // left only if the last delivery failed
     return report
   }
 
+  /// An open lock file of one listener folder.
+  private struct LockProbe {
+    let fd: Int32
+    let folderInode: UInt64
+  }
+
+  /// Whether a live listener holds `name`'s lock. A listener folder that
+  /// was replaced (a new inode) gets its lock file opened anew.
+  private func isLive(_ name: String, folderInode: UInt64, cache: inout [String: LockProbe]) -> Bool {
+    if let probe = cache[name], probe.folderInode != folderInode {
+      System.close(probe.fd)
+      cache[name] = nil
+    }
+    if cache[name] == nil {
+      let fd = Glibc.open(layout.lockFile(name), O_RDONLY | O_CLOEXEC)
+      guard fd >= 0 else { return false }  // being created, or not a listener
+      cache[name] = LockProbe(fd: fd, folderInode: folderInode)
+    }
+    return ListenerLock.isHeld(fd: cache[name]!.fd)
+  }
+
   private func write(_ bytes: [UInt8], to path: String) throws {
-    // A leftover of a crashed writer may still be linked into inboxes:
-    // replace the name rather than truncate the file behind it.
-    try System.unlinkIfPresent(path)
-    let fd = try System.open(path, O_WRONLY | O_CREAT | O_EXCL, 0o644)
+    var fd = Glibc.open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+    if fd < 0 && errno == EEXIST {
+      // A leftover of a crashed writer may still be linked into inboxes:
+      // replace the name rather than truncate the file behind it.
+      try System.unlinkIfPresent(path)
+      fd = try System.open(path, O_WRONLY | O_CREAT | O_EXCL, 0o644)
+    } else if fd < 0 {
+      throw GroupSyncError.system(call: "open", path: path, errno: errno)
+    }
     defer { System.close(fd) }
-    try bytes.withUnsafeBytes { buffer throws in try System.writeAll(fd, buffer, path: path) }
+    try bytes.withUnsafeBytes { try System.writeAll(fd, $0, path: path) }
   }
 }
 

@@ -44,6 +44,11 @@ struct ListenerLock: ~Copyable {
     let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC)
     guard fd >= 0 else { return false }
     defer { System.close(fd) }
+    return isHeld(fd: fd)
+  }
+
+  /// Whether a live listener holds the lock of the open lock file `fd`.
+  static func isHeld(fd: Int32) -> Bool {
     if flock(fd, LOCK_SH | LOCK_NB) == 0 {
       flock(fd, LOCK_UN)
       return false

@@ -35,18 +35,23 @@ enum System {
 
   /// The names in a folder, without `.` and `..`.
   static func listDirectory(_ path: String) throws -> [String] {
+    try listDirectoryEntries(path).map(\.name)
+  }
+
+  /// The names in a folder with their inode numbers, without `.` and `..`.
+  static func listDirectoryEntries(_ path: String) throws -> [(name: String, inode: UInt64)] {
     guard let dir = opendir(path) else {
       throw GroupSyncError.system(call: "opendir", path: path, errno: errno)
     }
     defer { closedir(dir) }
-    var names: [String] = []
+    var entries: [(name: String, inode: UInt64)] = []
     while let entry = readdir(dir) {
       let name = withUnsafePointer(to: entry.pointee.d_name) {
         $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
       }
-      if name != "." && name != ".." { names.append(name) }
+      if name != "." && name != ".." { entries.append((name, UInt64(entry.pointee.d_ino))) }
     }
-    return names
+    return entries
   }
 
   /// Removes a file; a missing file is fine.
