@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CONFIG ?= debug
 BIN = .build/$(CONFIG)/groupsync
 
-.PHONY: help deps build test test-c demo lib install bench bench-quick clean
+.PHONY: help deps build test test-c demo lib install install-check bench bench-quick clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -18,7 +18,7 @@ deps: ## Install libuv and SQLite headers with apt-get if they are missing
 build: deps ## Build the library and the groupsync tool
 	$(SWIFT) build -c $(CONFIG)
 
-test: deps test-c ## Run every test (C layer, library, CLI across real processes)
+test: deps test-c install-check ## Run every test (C layer, library, CLI across real processes, install)
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 
@@ -40,10 +40,20 @@ install: lib ## Install the shared library, its modules and the CLI under PREFIX
 	install -d $(PREFIX)/lib $(PREFIX)/bin $(PREFIX)/include/CGroupSync $(PREFIX)/lib/swift/linux
 	install -m 755 .build/release/libGroupSyncShared.so $(PREFIX)/lib/
 	install -m 755 .build/release/groupsync $(PREFIX)/bin/
-	cp -R .build/release/Modules/GroupSync.swiftmodule $(PREFIX)/lib/swift/linux/
+	# The library links swift-log in; its module is needed to import GroupSync.
+	cp -R .build/release/Modules/GroupSync.swiftmodule .build/release/Modules/Logging.swiftmodule $(PREFIX)/lib/swift/linux/
 	install -m 644 CSupport/include/CGroupSync.h $(PREFIX)/include/CGroupSync/
 	printf 'module CGroupSync {\n  header "CGroupSync.h"\n  link "sqlite3"\n  link "uv"\n  export *\n}\n' \
 	  > $(PREFIX)/include/CGroupSync/module.modulemap
+
+CHECK = .build/install-check
+install-check: deps ## Install into .build/install-check, then build and run a program against it
+	@rm -rf $(CHECK) && mkdir -p $(CHECK)
+	$(MAKE) --no-print-directory install PREFIX=$(CURDIR)/$(CHECK)/prefix
+	swiftc Tests/install/main.swift -I $(CHECK)/prefix/lib/swift/linux -I $(CHECK)/prefix/include \
+	  -L $(CHECK)/prefix/lib -lGroupSyncShared -Xlinker -rpath -Xlinker $(CURDIR)/$(CHECK)/prefix/lib \
+	  -o $(CHECK)/client
+	$(CHECK)/client $(CHECK)/group
 
 clean: ## Remove build products
 	rm -rf .build
