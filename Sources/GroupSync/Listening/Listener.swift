@@ -49,6 +49,7 @@ public final class Listener: @unchecked Sendable {
     var closed = false
   }
   private let shared = Mutex(Shared())
+  private static let maximumHints = 4096
   private let consuming = Atomic<Bool>(false)
 
   // Consumer-only state.
@@ -130,7 +131,13 @@ public final class Listener: @unchecked Sendable {
     case .entry(let fileName):
       let sequence = GroupLayout.sequence(inFileName: Substring(fileName))
       signal { shared in
-        if let sequence { shared.hintedSequences.append(sequence) } else { shared.rescanRequested = true }
+        // Hints pile up only while nobody consumes; past a bound a rescan
+        // tells the same.
+        if let sequence, shared.hintedSequences.count < Self.maximumHints {
+          shared.hintedSequences.append(sequence)
+        } else {
+          shared.rescanRequested = true
+        }
       }
     case .rescan:
       signal { $0.rescanRequested = true }
@@ -191,6 +198,9 @@ public final class Listener: @unchecked Sendable {
         }
         shared.signaled = false
         let inProcess = shared.inProcess.removeValue(forKey: nextSequence)
+        if !shared.inProcess.isEmpty {  // committed before we started, or covered by a reset
+          shared.inProcess = shared.inProcess.filter { $0.key > nextSequence }
+        }
         return (shared.hintedSequences, shared.rescanRequested, inProcess, shared.closed)
       }
       if closed { return nil }
