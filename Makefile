@@ -29,8 +29,9 @@ test-c: deps ## Run the C watcher's stress test under AddressSanitizer
 	  -luv -lpthread -o .build/watcher_test
 	./.build/watcher_test
 
-demo: build ## The main job: listener and writer processes on a fresh group folder
-	$(BIN) demo --listeners 4 --writers 2 --transactions 100
+demo: deps ## The main job: listener and writer processes on a fresh group folder
+	$(SWIFT) build -c release --product groupsync
+	.build/release/groupsync demo --listeners 4 --writers 2 --transactions 100
 
 lib: deps ## Build libGroupSyncShared.so (release)
 	$(SWIFT) build -c release --product GroupSyncShared
@@ -57,3 +58,18 @@ install-check: deps ## Install into .build/install-check, then build and run a p
 
 clean: ## Remove build products
 	rm -rf .build
+
+bench: deps ## Benchmarks vs the floor, polling and plain SQLite (< 10 min): table, bench/results.json
+	$(SWIFT) build -c release
+	@mkdir -p bench/out
+	cc -O2 -Wall -Wextra -o bench/out/floor bench/floor.c
+	cc -O2 -Wall -Wextra -shared -fPIC -o bench/out/vgshim.so bench/vgshim.c
+	.build/release/groupsync bench --floor bench/out/floor --valgrind-shim bench/out/vgshim.so \
+	  --work-folder bench/out --output bench/results.json
+
+bench-quick: deps ## The same benchmarks with fewer samples (< 1 min): bench/results-quick.json
+	$(SWIFT) build -c release
+	@mkdir -p bench/out
+	cc -O2 -Wall -Wextra -o bench/out/floor bench/floor.c
+	.build/release/groupsync bench --quick --floor bench/out/floor --work-folder bench/out \
+	  --output bench/results-quick.json

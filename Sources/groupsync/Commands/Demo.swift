@@ -80,6 +80,7 @@ struct Demo: AsyncParsableCommand {
       printLine("writers committed \(committed.count) change sets in \(writeTime)")
 
       var allGood = committed.count == total
+      var sample: String?
       let expected = Array((base + 1)...(base + Int64(total)))
       printLine("")
       printLine("listener      received  in order  exact IDs  latency p50   p99      max")
@@ -104,9 +105,11 @@ struct Demo: AsyncParsableCommand {
             + (exact ? "yes" : "NO").padding(toLength: 11, withPad: " ", startingAt: 0)
             + Self.micros(latencies, 0.5) + Self.micros(latencies, 0.99) + Self.micros(latencies, 1.0))
         if !good && !errors.isEmpty { printError("listener-\(index): \(errors)") }
+        if index == 1, let first = output.split(separator: "\n").first { sample = String(first) }
       }
       let status = try group.status()
       printLine("")
+      if let sample { printLine("what listener-1 received first (watch --json):\n  \(sample)\n") }
       printLine("store \(status.storeID.uuidString) at sequence \(status.sequence); capture on the \(status.usesPreUpdateHook ? "pre-update" : "update") hook")
       printLine(allGood
         ? "OK: every listener received every change set exactly once, in commit order, with the committed IDs."
