@@ -18,7 +18,10 @@ struct GroupSyncCommand: AsyncParsableCommand {
     } catch let error as CleanExit {
       throw error
     } catch {
-      FileHandle.standardError.write(Data("groupsync: \(error)\n".utf8))
+      // One line, whatever the error holds (SQL often spans several).
+      let message = "\(error)".split(whereSeparator: \.isNewline)
+        .map { $0.trimmingCharacters(in: .whitespaces) }.joined(separator: " ")
+      FileHandle.standardError.write(Data("groupsync: \(message)\n".utf8))
       throw ExitCode.failure
     }
   }

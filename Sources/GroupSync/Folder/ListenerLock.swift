@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -6,8 +7,9 @@ import Glibc
 /// The lock a live listener holds on `listeners/NAME/lock` for its whole
 /// life: an exclusive flock on a descriptor opened O_CLOEXEC, so that it
 /// dies with the process and is not inherited by children it spawns.
-struct ListenerLock: ~Copyable {
+final class ListenerLock: Sendable {
   private let fd: Int32
+  private let released = Atomic<Bool>(false)
 
   /// Takes the lock, or throws ``GroupSyncError/listenerNameInUse(_:)``.
   ///
@@ -36,7 +38,12 @@ struct ListenerLock: ~Copyable {
     self.fd = fd
   }
 
-  deinit { System.close(fd) }
+  deinit { release() }
+
+  /// Releases the lock by closing its descriptor; later calls do nothing.
+  func release() {
+    if !released.exchange(true, ordering: .acquiringAndReleasing) { System.close(fd) }
+  }
 
   /// Whether a live listener holds the lock at `path`. A missing or
   /// unlockable file means no live listener.

@@ -119,6 +119,7 @@ public final class Listener: @unchecked Sendable {
     if removeFolderOnClose {
       try? FileManager.default.removeItem(atPath: group.listenerFolder(name))
     }
+    lock.release()  // writers stop delivering; the name is free again
     waiter?.resume()
   }
 
@@ -260,10 +261,11 @@ public final class Listener: @unchecked Sendable {
     let sequence = (try? reader.sequence()) ?? nextSequence
     nextSequence = max(nextSequence, sequence + 1)
     gapDeadline = nil
-    for stale in inboxSequences where stale < nextSequence {
-      removeEntry(GroupLayout.fileName(sequence: stale))
-    }
-    inboxSequences = inboxSequences.filter { $0 >= nextSequence }
+    // Every file seen so far was seen before this read of the sequence, and
+    // a file appears only after its commit: anything not at or below the
+    // store's sequence is stale or forged, and goes.
+    for sequence in inboxSequences { removeEntry(GroupLayout.fileName(sequence: sequence)) }
+    inboxSequences.removeAll()
     shared.withLock { shared in
       shared.inProcess = shared.inProcess.filter { $0.key >= nextSequence }
     }
@@ -280,6 +282,7 @@ public final class Listener: @unchecked Sendable {
       return reset("cannot list inbox: \(error)")
     }
     var foreign: [String] = []
+    inboxSequences.removeAll()  // the listing is the authority; events are hints
     for fileName in names {
       guard let sequence = GroupLayout.sequence(inFileName: Substring(fileName)) else {
         foreign.append(fileName)

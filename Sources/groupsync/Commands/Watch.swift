@@ -65,17 +65,34 @@ struct Watch: AsyncParsableCommand {
   }
 }
 
-/// Turns SIGINT and SIGTERM into a call of `stop`, for a clean exit.
-final class SignalStopper {
-  private let sources: [any DispatchSourceSignal]
-
+/// Turns SIGINT and SIGTERM into one call of `stop`, for a clean exit.
+///
+/// The handler is installed with sigaction before `init` returns, so no
+/// signal sent afterwards is lost; it only writes a byte to a pipe (the
+/// one async-signal-safe thing to do), and a thread reading the pipe calls
+/// `stop`.
+final class SignalStopper: Sendable {
   init(_ stop: @escaping @Sendable () -> Void) {
-    sources = [SIGINT, SIGTERM].map { signalNumber in
-      signal(signalNumber, SIG_IGN)
-      let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
-      source.setEventHandler(handler: stop)
-      source.resume()
-      return source
+    var fds: [Int32] = [0, 0]
+    guard pipe(&fds) == 0 else { fatalError("pipe failed: \(errno)") }
+    for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+    signalPipeWriteEnd = fds[1]
+    let readEnd = fds[0]
+    Thread.detachNewThread {
+      var byte: UInt8 = 0
+      while read(readEnd, &byte, 1) < 0 && errno == EINTR {}
+      stop()
     }
+    var action = sigaction()
+    action.__sigaction_handler.sa_handler = { _ in
+      var byte: UInt8 = 1
+      _ = write(signalPipeWriteEnd, &byte, 1)
+    }
+    action.sa_flags = SA_RESTART
+    sigemptyset(&action.sa_mask)
+    for signalNumber in [SIGINT, SIGTERM] { sigaction(signalNumber, &action, nil) }
   }
 }
+
+/// Written by the signal handler, which cannot capture context.
+nonisolated(unsafe) private var signalPipeWriteEnd: Int32 = -1
