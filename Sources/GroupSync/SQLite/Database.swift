@@ -11,6 +11,8 @@ public final class Database {
   /// Do not install hooks on it: GroupSync's capture owns them.
   public let sqliteConnection: OpaquePointer
   let path: String
+  /// Prepared once, reused: the statements GroupSync runs on every write.
+  private var cachedStatements: [String: OpaquePointer] = [:]
 
   init(path: String, flags: Int32) throws {
     var handle: OpaquePointer?
@@ -27,7 +29,33 @@ public final class Database {
 
   /// Closes the connection. Statements still open are finalized by SQLite.
   func close() {
+    for statement in cachedStatements.values { sqlite3_finalize(statement) }
+    cachedStatements.removeAll()
     sqlite3_close_v2(sqliteConnection)
+  }
+
+  /// Runs one statement that takes no arguments from a cache of prepared
+  /// statements, and returns the first column of its first row.
+  @discardableResult
+  func executeCached(_ sql: String) throws -> DatabaseValue? {
+    let statement: OpaquePointer
+    if let cached = cachedStatements[sql] {
+      statement = cached
+    } else {
+      var prepared: OpaquePointer?
+      let code = sqlite3_prepare_v3(sqliteConnection, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &prepared, nil)
+      guard code == SQLITE_OK, let prepared else {
+        throw SQLiteError(code: code, connection: sqliteConnection, sql: sql)
+      }
+      cachedStatements[sql] = prepared
+      statement = prepared
+    }
+    defer { sqlite3_reset(statement) }
+    var first: DatabaseValue?
+    while try step(statement, sql) {
+      if first == nil { first = Self.value(statement, 0) }
+    }
+    return first
   }
 
   /// Runs one or more statements separated by semicolons, binding

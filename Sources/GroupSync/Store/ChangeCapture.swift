@@ -36,16 +36,16 @@ final class ChangeCapture {
     let count = gs_capture_take_committed(handle, &rows)
     var builder = ChangeSetBuilder()
     guard let rows else { return builder }
-    var names: [UInt32: String] = [:]
+    // Split the log by table index first: names are resolved once per table.
+    var logs: [[(rowID: Int64, operation: RowOperation)]] = []
     for change in UnsafeBufferPointer(start: rows, count: count) {
-      let table: String
-      if let name = names[change.table] {
-        table = name
-      } else {
-        table = String(cString: gs_capture_table_name(handle, change.table)!)
-        names[change.table] = table
-      }
-      builder.record(table: table, rowID: change.rowid, operation: RowOperation(rawValue: change.op)!)
+      let index = Int(change.table)
+      while logs.count <= index { logs.append([]) }
+      logs[index].append((change.rowid, RowOperation(rawValue: change.op)!))
+    }
+    for (index, log) in logs.enumerated() where !log.isEmpty {
+      let table = String(cString: gs_capture_table_name(handle, UInt32(index))!)
+      builder.record(table: table, operations: log)
     }
     return builder
   }

@@ -89,7 +89,7 @@ public final class Store: @unchecked Sendable {
   ) throws -> (result: T, changeSet: ChangeSet?) {
     try lock.withLock {
       try checkOpen()
-      try database.execute("BEGIN IMMEDIATE")
+      try database.executeCached("BEGIN IMMEDIATE")
       let result: T
       let sequence: Int64?
       do {
@@ -102,7 +102,7 @@ public final class Store: @unchecked Sendable {
         }
         sequence = capture.hasPendingChanges ? try allocateSequence() : nil
         if sequence != nil { capture.allowCommit() }
-        try database.execute("COMMIT")
+        try database.executeCached("COMMIT")
       } catch {
         capture.reset()
         if database.isInsideTransaction { try? database.execute("ROLLBACK") }
@@ -136,7 +136,7 @@ public final class Store: @unchecked Sendable {
   }
 
   private func allocateSequence() throws -> Int64 {
-    let value = try database.scalar("UPDATE \(Self.stateTable) SET seq = seq + 1 WHERE id = 1 RETURNING seq")
+    let value = try database.executeCached("UPDATE \(Self.stateTable) SET seq = seq + 1 WHERE id = 1 RETURNING seq")
     guard let sequence = value?.int64 else {
       throw GroupSyncError.invalidStore(path: path, reason: "\(Self.stateTable) has no row")
     }
@@ -148,8 +148,8 @@ public final class Store: @unchecked Sendable {
     // SQLite reports rows of WITHOUT ROWID tables with rowid 0: ask the
     // schema about every table where rowid 0 showed up.
     var invalidated = Set<String>()
-    for (table, rowIDs) in builder.touchedRowIDs where rowIDs.contains(0) {
-      if noRowIDTables.hasNoRowID(table, in: database) { invalidated.insert(table) }
+    for table in builder.tablesTouchingRowIDZero where noRowIDTables.hasNoRowID(table, in: database) {
+      invalidated.insert(table)
     }
     return ChangeSet(
       storeID: storeID, sequence: sequence, committedAtNanoseconds: committedAt,
