@@ -1,0 +1,114 @@
+import Foundation
+
+/// The readable table `groupsync bench` prints.
+enum BenchTable {
+  static func render(_ r: BenchResults) -> String {
+    var out: [String] = []
+    func line(_ text: String = "") { out.append(text) }
+    func row(_ cells: [(String, Int)]) {
+      line(cells.map { BenchFormat.pad($0.0, $0.1) }.joined().trimmingCharacters(in: .whitespaces))
+    }
+
+    let m = r.machine
+    line("GroupSync benchmark\(r.quick ? " (quick run: fewer samples)" : "") - \(r.date), \(String(format: "%.0f", r.durationSeconds)) s")
+    line("machine: \(m.cpuModel), nproc \(m.nproc), \(m.kernel), SQLite \(m.sqliteVersion); engine \(m.engine)")
+    line("load average \(m.loadAverageStart) at start, \(m.loadAverageEnd) at end; work folder on \(m.filesystem)")
+    line("Figures are p50 / p99 / max in microseconds over n samples; ratios are to a baseline measured in this run.")
+
+    line()
+    line("1-2. Delivery latency: writer's COMMIT returned -> change set out of listener.events, at the last of N")
+    line("     listener processes; floor = bench/floor.c (200-byte file linked / renamed into N inotify-watched folders).")
+    line("     busy = bursts of back-to-back commits (includes queueing); sparse = one commit every \(r.settings.sparseIntervalMs) ms.")
+    line("     GroupSync and floor link alternate in \(r.settings.rounds) blocks per stream (* = floor ran before the listeners")
+    line("     instead: N listeners + N watchers would pass 128 inotify instances); floor rename runs after them.")
+    row([("N", 4), ("stream", 8), ("n", 6), ("GroupSync", 22), ("floor link", 22), ("floor rename", 22), ("p50 ratio", 10), ("p99 ratio", 10), ("publish p50 GS/floor", 21), ("CPU/msg GS/floor", 16)])
+    for l in r.latency {
+      row([(String(l.listeners) + (l.interleaved ? "" : "*"), 4), (l.stream, 8), (String(l.groupsync.n), 6), (l.groupsync.text, 22), (l.floorLink.text, 22),
+           (l.floorRename.text, 22), (BenchFormat.ratio(l.ratioP50), 10), (BenchFormat.ratio(l.ratioP99), 10),
+           ("\(BenchFormat.us(l.groupsyncPublish.p50)) / \(BenchFormat.us(l.floorLinkPublish.p50))", 21),
+           ("\(BenchFormat.us(l.groupsyncListenerCPUPerDelivery)) / \(BenchFormat.us(l.floorWatcherCPUPerMessage))", 16)])
+      if l.resets > 0 || l.missing > 0 { line("     ! N=\(l.listeners) \(l.stream): \(l.resets) resets, \(l.missing) commits not delivered to every listener") }
+    }
+    line("     publish = writer's time from COMMIT returned to Store.write returned (change set built, file written, linked")
+    line("     into every inbox) / the floor's write + links; the rest of the latency is the listener's side.")
+    line("     CPU/msg = CPU time (getrusage) of one listener process per change set / of one floor watcher per message.")
+
+    if let p = r.polling {
+      line()
+      line("3. The naive alternative: PRAGMA data_version polled on a read-only connection, beside a GroupSync listener")
+      row([("reader", 22), ("idle CPU us/s", 15), ("% of a core", 13), ("ticks", 7), ("detection latency (commits every \(p.commitIntervalMs) ms)", 40)])
+      for idle in p.idle {
+        let detection = p.detection.first { $0.reader == idle.process }?.latency
+        row([(idle.process, 22), (String(format: "%.1f", idle.cpuMicrosPerSecond), 15),
+             (String(format: "%.4f%%", idle.cpuPercentOfCore), 13), (String(idle.clockTicks), 7),
+             (detection.map { "\($0.text)  (n \($0.n))" } ?? "-", 40)])
+      }
+      line("     idle window \(String(format: "%.1f", p.idleWindowSeconds)) s, nobody writing; CPU = the process's own getrusage (all threads,")
+      line("     ns precision; includes answering the query), ticks = utime+stime from /proc/PID/stat (1/100 s);")
+      line("     'no rescan' = a GroupSync listener with ListenerOptions.rescanInterval = 1 h.")
+    }
+
+    line()
+    line("4. Capture overhead: plain SQLite vs Store.write (capture on, no listeners); same pragmas, statements, rows")
+    row([("rows/txn", 10), ("op", 8), ("plain us/txn", 22), ("GroupSync us/txn", 22), ("overhead p50", 14), ("plain rows/s", 14), ("GroupSync rows/s", 16)])
+    for c in r.capture {
+      row([(String(c.rows), 10), (c.operation, 8), (c.plain.text, 22), (c.groupsync.text, 22), (BenchFormat.percent(c.overhead), 14),
+           (BenchFormat.count(c.plainRowsPerSecond), 14), (BenchFormat.count(c.groupsyncRowsPerSecond), 16)])
+    }
+    if !r.codec.isEmpty {
+      line("   change-set file encoding (ChangeSetEncoding, in the writer) and decoding (in each listener), one table:")
+      row([("rows", 10), ("bytes", 10), ("encode us", 22), ("decode us", 22)])
+      for c in r.codec {
+        row([(String(c.rows), 10), (String(c.bytes), 10), (c.encode.text, 22), (c.decode.text, 22)])
+      }
+    }
+    if let cg = r.callgrind {
+      if !cg.rows.isEmpty {
+        line("   valgrind --tool=callgrind, instructions per row (difference of runs with N and 0 transactions):")
+        row([("rows/txn", 10), ("op", 8), ("txns", 6), ("plain Ir/row", 14), ("GroupSync Ir/row", 18), ("overhead", 10)])
+        for c in cg.rows {
+          row([(String(c.rows), 10), (c.operation, 8), (String(c.transactions), 6), (String(format: "%.0f", c.plainInstructionsPerRow), 14),
+               (String(format: "%.0f", c.groupsyncInstructionsPerRow), 18), (BenchFormat.percent(c.overhead), 10)])
+        }
+      }
+      if let skipped = cg.skipped { line("   callgrind: \(skipped)") }
+    }
+
+    if let t = r.throughput {
+      line()
+      line("5. Throughput to \(t.sustained.listeners) listener processes")
+      line("   sustained, backlog held under \(t.sustained.backlogWindow): \(BenchFormat.count(t.sustained.changeSetsPerSecond)) change sets/s = \(BenchFormat.count(t.sustained.rowsPerSecond)) rows/s (\(t.sustained.changeSets) 1-row change sets in \(String(format: "%.1f", t.sustained.seconds)) s, max backlog \(t.sustained.maxBacklog))")
+      line("   writer flat out: writes \(BenchFormat.count(t.openLoop.writerChangeSetsPerSecond))/s, delivered \(BenchFormat.count(t.openLoop.deliveredChangeSetsPerSecond))/s, backlog when the writer stopped: \(t.openLoop.backlogAtEnd)")
+      line("   \(t.bulk.rowsPerTransaction)-row transactions (capture, encode, fan out, decode): \(BenchFormat.count(t.bulk.rowsPerSecond)) rows/s end to end over \(t.bulk.transactions) transactions;")
+      line("      write \(t.bulk.write.text) per transaction, commit -> last listener \(t.bulk.latency.text)")
+    }
+
+    if let f = r.fanOut {
+      line()
+      line("6. Writer cost per listener: Store.write of a 1-row insert with N live listeners, and the floor's writer (file +")
+      line("   N links) with N watchers; listeners and watchers stopped (SIGSTOP) so that they do not compete for the CPUs")
+      row([("N", 6), ("GroupSync write us", 24), ("floor publish us", 24)])
+      for p in f.points { row([(String(p.listeners), 6), (p.write.text, 24), (p.floorPublish?.text ?? "-", 24)]) }
+      line("   per extra listener (slope of p50 over N >= 1): GroupSync \(String(format: "%.1f", f.microsPerExtraListener)) us, floor \(String(format: "%.1f", f.floorMicrosPerExtraListener)) us; first listener (encode + file): \(String(format: "%.1f", f.firstListenerMicros)) us")
+    }
+    if let mem = r.memory {
+      line("   listener memory, backlog written while it was stopped, then drained (peak RSS = VmHWM):")
+      row([("backlog", 10), ("write s", 9), ("drain s", 9), ("drain/s", 10), ("peak RSS", 12), ("RSS after", 12), ("resets", 7)])
+      line("   baseline peak RSS \(String(format: "%.1f", Double(mem.baselinePeakKB) / 1024)) MiB")
+      for row_ in mem.rows {
+        row([(String(row_.backlog), 10), (String(format: "%.1f", row_.writeSeconds), 9), (String(format: "%.1f", row_.drainSeconds), 9),
+             (BenchFormat.count(row_.drainChangeSetsPerSecond), 10), (String(format: "%.1f MiB", Double(row_.peakKB) / 1024), 12),
+             (String(format: "%.1f MiB", Double(row_.rssAfterKB) / 1024), 12), (String(row_.resets), 7)])
+      }
+    }
+
+    line()
+    line("Targets")
+    for t in r.targets {
+      let verdict = t.met.map { $0 ? "met   " : "MISSED" } ?? "n/a   "
+      line("  \(verdict) \(t.target): \(t.figure)")
+    }
+    for note in r.notes { line("note: \(note)") }
+    return out.joined(separator: "\n")
+  }
+}

@@ -1,0 +1,182 @@
+import CGroupSync
+import Foundation
+import GroupSync
+
+/// The rows the benchmark writes, and two writers that run the same SQLite
+/// calls: one on a plain connection, one through `Store.write`.
+///
+/// Both use WAL, synchronous=NORMAL and a 10 s busy timeout (the store's
+/// pragmas), BEGIN IMMEDIATE / COMMIT run as statements (as the store runs
+/// them), and one prepared statement stepped once per row, so that the only
+/// difference is what GroupSync adds: capture hooks, the sequence number,
+/// the change set and the fan-out.
+enum BenchWorkload {
+  static let schema = "CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY, a INTEGER NOT NULL, b TEXT NOT NULL)"
+  static let insertSQL = "INSERT INTO items(a, b) VALUES (?, ?)"
+  static let updateSQL = "UPDATE items SET a = a + 1, b = ? WHERE id = ?"
+  /// Rows an update workload cycles through.
+  static let updateRows = 1000
+
+  enum Operation: String, Codable, CaseIterable, Sendable {
+    case insert, update
+  }
+}
+
+/// A prepared statement stepped once per row, binding a fixed 32-byte text
+/// without copying it.
+final class BenchStatement {
+  let handle: OpaquePointer
+  private let text: UnsafeMutablePointer<CChar>
+  private let operation: BenchWorkload.Operation
+
+  init(connection: OpaquePointer, operation: BenchWorkload.Operation) throws {
+    self.operation = operation
+    var statement: OpaquePointer?
+    let sql = operation == .insert ? BenchWorkload.insertSQL : BenchWorkload.updateSQL
+    let code = sqlite3_prepare_v3(connection, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
+    guard code == SQLITE_OK, let statement else {
+      throw BenchError("prepare \(sql): \(String(cString: sqlite3_errmsg(connection)))")
+    }
+    handle = statement
+    text = strdup("the quick brown fox jumps over t")!
+  }
+
+  deinit {
+    sqlite3_finalize(handle)
+    free(text)
+  }
+
+  /// Inserts one row, or updates row `row` (1...updateRows).
+  @inline(__always)
+  func step(_ row: Int64) throws {
+    switch operation {
+    case .insert:
+      sqlite3_bind_int64(handle, 1, row)
+      sqlite3_bind_text(handle, 2, text, 32, nil)
+    case .update:
+      sqlite3_bind_text(handle, 1, text, 32, nil)
+      sqlite3_bind_int64(handle, 2, row)
+    }
+    let code = sqlite3_step(handle)
+    sqlite3_reset(handle)
+    guard code == SQLITE_DONE else { throw BenchError("step: SQLite error \(code)") }
+  }
+}
+
+/// The rows a transaction writes: inserts of fresh rows, or updates that
+/// cycle through rows 1...updateRows.
+struct BenchRowCursor {
+  var next: Int64 = 0
+  mutating func take(_ operation: BenchWorkload.Operation) -> Int64 {
+    next += 1
+    return operation == .insert ? next : (next - 1) % Int64(BenchWorkload.updateRows) + 1
+  }
+}
+
+/// Plain SQLite: no hooks, no sequence, no change set.
+final class BenchPlainWriter {
+  let connection: OpaquePointer
+  private var statements: [BenchWorkload.Operation: BenchStatement] = [:]
+  private var cursor = BenchRowCursor()
+
+  init(path: String) throws {
+    var handle: OpaquePointer?
+    let code = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil)
+    guard code == SQLITE_OK, let handle else { throw BenchError("cannot open \(path)") }
+    connection = handle
+    sqlite3_busy_timeout(handle, 10_000)
+    try exec("PRAGMA journal_mode = WAL")
+    try exec("PRAGMA synchronous = NORMAL")
+    try exec(BenchWorkload.schema)
+  }
+
+  deinit {
+    statements = [:]
+    sqlite3_close_v2(connection)
+  }
+
+  func exec(_ sql: String) throws {
+    let code = sqlite3_exec(connection, sql, nil, nil, nil)
+    guard code == SQLITE_OK else { throw BenchError("\(sql): \(String(cString: sqlite3_errmsg(connection)))") }
+  }
+
+  /// Inserts the rows updates will cycle through.
+  func prepareUpdates() throws {
+    try transaction(rows: BenchWorkload.updateRows, .insert)
+  }
+
+  /// One transaction of `rows` rows; returns its wall time in ns.
+  @discardableResult
+  func transaction(rows: Int, _ operation: BenchWorkload.Operation) throws -> Int64 {
+    let statement = try statement(operation)
+    let start = BenchClock.monotonic()
+    try exec("BEGIN IMMEDIATE")
+    for _ in 0..<rows { try statement.step(cursor.take(operation)) }
+    try exec("COMMIT")
+    return BenchClock.monotonic() - start
+  }
+
+  private func statement(_ operation: BenchWorkload.Operation) throws -> BenchStatement {
+    if let statement = statements[operation] { return statement }
+    let statement = try BenchStatement(connection: connection, operation: operation)
+    statements[operation] = statement
+    return statement
+  }
+}
+
+/// The same writes through GroupSync's `Store.write`.
+final class BenchGroupWriter {
+  let group: GroupFolder
+  private var statements: [BenchWorkload.Operation: BenchStatement] = [:]
+  private var cursor = BenchRowCursor()
+
+  init(path: String) throws {
+    group = try GroupFolder(path: path)
+    try group.store.write { try $0.execute(BenchWorkload.schema) }
+  }
+
+  deinit { statements = [:] }
+
+  func prepareUpdates() throws {
+    try transaction(rows: BenchWorkload.updateRows, .insert)
+  }
+
+  /// One transaction of `rows` rows; returns its wall time in ns.
+  @discardableResult
+  func transaction(rows: Int, _ operation: BenchWorkload.Operation) throws -> Int64 {
+    try commit(rows: rows, operation).duration
+  }
+
+  /// One transaction: its wall time (ns), sequence, commit time
+  /// (CLOCK_REALTIME, stamped by the store after COMMIT returned), the
+  /// rowid of its last row, and how long `write` ran after COMMIT returned
+  /// (building the change set and publishing it), in ns.
+  func commit(rows: Int, _ operation: BenchWorkload.Operation) throws
+    -> (duration: Int64, sequence: Int64, committedAt: Int64, lastRowID: Int64, afterCommit: Int64)
+  {
+    let statement = try statement(operation)
+    let start = BenchClock.monotonic()
+    let (lastRowID, changeSet) = try group.store.writeAndReturnChangeSet { db in
+      var row: Int64 = 0
+      for _ in 0..<rows {
+        row = cursor.take(operation)
+        try statement.step(row)
+      }
+      return operation == .insert ? sqlite3_last_insert_rowid(db.sqliteConnection) : row
+    }
+    let end = BenchClock.monotonic()
+    let endRealtime = BenchClock.realtime()
+    guard let changeSet else { throw BenchError("a benchmark transaction produced no change set") }
+    return (end - start, changeSet.sequence, changeSet.committedAtNanoseconds, lastRowID,
+            endRealtime - changeSet.committedAtNanoseconds)
+  }
+
+  private func statement(_ operation: BenchWorkload.Operation) throws -> BenchStatement {
+    if let statement = statements[operation] { return statement }
+    let statement = try group.store.read { db in
+      try BenchStatement(connection: db.sqliteConnection, operation: operation)
+    }
+    statements[operation] = statement
+    return statement
+  }
+}

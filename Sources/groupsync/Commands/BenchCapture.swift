@@ -1,0 +1,57 @@
+import ArgumentParser
+import Foundation
+
+/// The capture-overhead workload on its own, for `valgrind --tool=callgrind`:
+/// sets up a fresh store, runs two warm-up transactions, then
+/// `--transactions` transactions of `--rows` rows, plain or through
+/// GroupSync. The benchmark runs it with N and with 0 transactions and
+/// divides the difference in instructions by the rows written.
+struct BenchCapture: AsyncParsableCommand {
+  static let configuration = CommandConfiguration(
+    commandName: "bench-capture", abstract: "Benchmark child: the capture-overhead workload.",
+    shouldDisplay: false)
+
+  enum Mode: String, ExpressibleByArgument, Codable, CaseIterable {
+    case plain, groupsync
+  }
+
+  @Option(name: .long, help: "plain or groupsync.")
+  var mode: Mode
+
+  @Option(name: .long, help: "insert or update.")
+  var op: BenchWorkload.Operation = .insert
+
+  @Option(name: .long, help: "Rows per transaction.")
+  var rows = 1000
+
+  @Option(name: .long, help: "Measured transactions (0: set-up only).")
+  var transactions = 20
+
+  @Option(name: .long, help: "A folder to create the store in (must not exist).")
+  var directory: String
+
+  func run() async throws {
+    try await GroupSyncCommand.reportingErrors {
+      try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+      switch mode {
+      case .plain:
+        let writer = try BenchPlainWriter(path: directory + "/plain.sqlite")
+        if op == .update { try writer.prepareUpdates() }
+        for _ in 0..<2 { try writer.transaction(rows: rows, op) }
+        try Self.measured(transactions) { try writer.transaction(rows: rows, op) }
+      case .groupsync:
+        let writer = try BenchGroupWriter(path: directory + "/group")
+        if op == .update { try writer.prepareUpdates() }
+        for _ in 0..<2 { try writer.transaction(rows: rows, op) }
+        try Self.measured(transactions) { try writer.transaction(rows: rows, op) }
+      }
+    }
+  }
+
+  @inline(never)
+  static func measured(_ count: Int, _ body: () throws -> Int64) throws {
+    for _ in 0..<count { _ = try body() }
+  }
+}
+
+extension BenchWorkload.Operation: ExpressibleByArgument {}
