@@ -23,6 +23,7 @@ struct gs_capture_s {
   // Table names, interned for the capture's life: rows refer to them by
   // index, and most transactions touch the table of the previous row.
   char **tables;
+  bool *table_ignored;  // per table: internal, so never reported
   uint32_t table_count;
   uint32_t table_capacity;
   uint32_t last_table;
@@ -37,14 +38,23 @@ struct gs_capture_s {
 
   bool allow_commit;
   bool overflowed;
+  // SQLite names the main schema with one static string: once seen, a
+  // pointer compare replaces strcmp on every row.
+  const char *main_name;
 };
 
-static bool gs__is_ignored(const gs_capture_t *c, const char *db_name,
-                           const char *table) {
-  if (strcmp(db_name, "main") != 0) return true;  // temp and attached
+static bool gs__is_ignored_table(const gs_capture_t *c, const char *table) {
   if (strncmp(table, "sqlite_", 7) == 0) return true;
   return c->ignored_prefix_len > 0 &&
          strncmp(table, c->ignored_prefix, c->ignored_prefix_len) == 0;
+}
+
+// Temp and attached schemas are not the store.
+static bool gs__is_main(gs_capture_t *c, const char *db_name) {
+  if (db_name == c->main_name) return true;
+  if (strcmp(db_name, "main") != 0) return false;
+  c->main_name = db_name;
+  return true;
 }
 
 // Returns the table's index, interning it if new; UINT32_MAX on OOM.
@@ -60,19 +70,24 @@ static uint32_t gs__intern(gs_capture_t *c, const char *table) {
     char **grown = realloc(c->tables, capacity * sizeof *grown);
     if (!grown) return UINT32_MAX;
     c->tables = grown;
+    bool *flags = realloc(c->table_ignored, capacity * sizeof *flags);
+    if (!flags) return UINT32_MAX;
+    c->table_ignored = flags;
     c->table_capacity = capacity;
   }
   char *copy = strdup(table);
   if (!copy) return UINT32_MAX;
   c->tables[c->table_count] = copy;
+  c->table_ignored[c->table_count] = gs__is_ignored_table(c, table);
   return c->last_table = c->table_count++;
 }
 
 static void gs__record(gs_capture_t *c, int sqlite_op, const char *db_name,
                        const char *table, int64_t rowid) {
-  if (c->overflowed || gs__is_ignored(c, db_name, table)) return;
+  if (c->overflowed || !gs__is_main(c, db_name)) return;
   uint32_t index = gs__intern(c, table);
   if (index == UINT32_MAX) goto overflow;
+  if (c->table_ignored[index]) return;
   if (c->pending_count == c->pending_capacity) {
     size_t capacity = c->pending_capacity ? c->pending_capacity * 2 : 64;
     gs_row_change *grown = realloc(c->pending, capacity * sizeof *grown);
@@ -189,6 +204,7 @@ void gs_capture_close(gs_capture_t *c) {
   }
   for (uint32_t i = 0; i < c->table_count; i++) free(c->tables[i]);
   free(c->tables);
+  free(c->table_ignored);
   free(c->pending);
   free(c->committed);
   free(c->ignored_prefix);

@@ -50,11 +50,11 @@ final class FanOut: Sendable {
       return report
     }
     let localNames = Set(local.map(\.name))
-    var targets: [String] = []
+    var targets: [(name: String, inbox: String)] = []
     locks.withLock { locks in
       for (name, inode) in entries where !localNames.contains(name) && GroupLayout.isValidListenerName(name) {
-        if isLive(name, folderInode: inode, cache: &locks) {
-          targets.append(name)
+        if let probe = liveProbe(name, folderInode: inode, cache: &locks) {
+          targets.append((name, probe.inboxPrefix))
         } else {
           report.skippedDead.append(name)
         }
@@ -77,41 +77,46 @@ final class FanOut: Sendable {
       Logger.groupSync.error("cannot publish change set \(changeSet.sequence): \(error)")
       return report
     }
-    for (index, name) in targets.enumerated() {
-      let destination = layout.inbox(name) + "/" + fileName
-      let isLast = index == targets.count - 1
+    var renamed = false
+    for (index, target) in targets.enumerated() {
+      let destination = target.inbox + fileName
       // The last inbox takes the temporary name itself.
+      let isLast = index == targets.count - 1
       let (call, result) = isLast ? ("rename", rename(tmpPath, destination)) : ("link", link(tmpPath, destination))
       if result == 0 {
-        report.delivered.append(name)
+        report.delivered.append(target.name)
+        renamed = isLast
       } else if errno != ENOENT {  // ENOENT: the listener went away meanwhile
         let error = GroupSyncError.system(call: call, path: destination, errno: errno)
-        Logger.groupSync.error("cannot deliver change set \(changeSet.sequence) to '\(name)': \(error)")
+        Logger.groupSync.error("cannot deliver change set \(changeSet.sequence) to '\(target.name)': \(error)")
       }
     }
-    _ = unlink(tmpPath)  // left only if the last delivery failed
+    if !renamed { _ = unlink(tmpPath) }
     return report
   }
 
-  /// An open lock file of one listener folder.
+  /// An open lock file of one listener folder, and its inbox path.
   private struct LockProbe {
     let fd: Int32
     let folderInode: UInt64
+    /// `listeners/NAME/inbox/`, ready for a file name.
+    let inboxPrefix: String
   }
 
-  /// Whether a live listener holds `name`'s lock. A listener folder that
-  /// was replaced (a new inode) gets its lock file opened anew.
-  private func isLive(_ name: String, folderInode: UInt64, cache: inout [String: LockProbe]) -> Bool {
+  /// The probe of `name` if a live listener holds its lock. A listener
+  /// folder that was replaced (a new inode) gets its lock file opened anew.
+  private func liveProbe(_ name: String, folderInode: UInt64, cache: inout [String: LockProbe]) -> LockProbe? {
     if let probe = cache[name], probe.folderInode != folderInode {
       System.close(probe.fd)
       cache[name] = nil
     }
     if cache[name] == nil {
       let fd = Glibc.open(layout.lockFile(name), O_RDONLY | O_CLOEXEC)
-      guard fd >= 0 else { return false }  // being created, or not a listener
-      cache[name] = LockProbe(fd: fd, folderInode: folderInode)
+      guard fd >= 0 else { return nil }  // being created, or not a listener
+      cache[name] = LockProbe(fd: fd, folderInode: folderInode, inboxPrefix: layout.inbox(name) + "/")
     }
-    return ListenerLock.isHeld(fd: cache[name]!.fd)
+    let probe = cache[name]!
+    return ListenerLock.isHeld(fd: probe.fd) ? probe : nil
   }
 
   private func write(_ bytes: [UInt8], to path: String) throws {

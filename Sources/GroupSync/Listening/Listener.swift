@@ -51,6 +51,8 @@ public final class Listener: @unchecked Sendable {
   private let shared = Mutex(Shared())
   private static let maximumHints = 4096
   private let consuming = Atomic<Bool>(false)
+  /// `nextSequence`, readable from the watcher thread.
+  private let deliveredThrough = Atomic<Int64>(0)
 
   // Consumer-only state.
   private var nextSequence: Int64
@@ -76,6 +78,7 @@ public final class Listener: @unchecked Sendable {
     reader = try StoreReader(path: group.store)
     startSequence = try reader.sequence()
     nextSequence = startSequence + 1
+    deliveredThrough.store(nextSequence, ordering: .relaxed)
     LocalListeners.shared.add(self, group: group.root)
     do {
       watch = try FolderWatcher.shared.watch(
@@ -131,6 +134,8 @@ public final class Listener: @unchecked Sendable {
     switch event {
     case .entry(let fileName):
       let sequence = GroupLayout.sequence(inFileName: Substring(fileName))
+      // Our own removals of delivered files come back as events: no wake-up.
+      if let sequence, sequence < deliveredThrough.load(ordering: .relaxed) { return }
       signal { shared in
         // Hints pile up only while nobody consumes; past a bound a rescan
         // tells the same.
@@ -224,6 +229,7 @@ public final class Listener: @unchecked Sendable {
 
   private func accept(_ changeSet: ChangeSet) -> ChangeSet {
     nextSequence = changeSet.sequence + 1
+    deliveredThrough.store(nextSequence, ordering: .relaxed)
     gapDeadline = nil
     return changeSet
   }
@@ -260,6 +266,7 @@ public final class Listener: @unchecked Sendable {
     Logger.groupSync.error("listener '\(name)': \(reason); resetting")
     let sequence = (try? reader.sequence()) ?? nextSequence
     nextSequence = max(nextSequence, sequence + 1)
+    deliveredThrough.store(nextSequence, ordering: .relaxed)
     gapDeadline = nil
     // Every file seen so far was seen before this read of the sequence, and
     // a file appears only after its commit: anything not at or below the

@@ -136,7 +136,9 @@ public final class Store: @unchecked Sendable {
   }
 
   private func allocateSequence() throws -> Int64 {
-    let value = try database.executeCached("UPDATE \(Self.stateTable) SET seq = seq + 1 WHERE id = 1 RETURNING seq")
+    // Two cached statements cost less than one UPDATE ... RETURNING.
+    try database.executeCached("UPDATE \(Self.stateTable) SET seq = seq + 1 WHERE id = 1")
+    let value = try database.executeCached("SELECT seq FROM \(Self.stateTable) WHERE id = 1")
     guard let sequence = value?.int64 else {
       throw GroupSyncError.invalidStore(path: path, reason: "\(Self.stateTable) has no row")
     }
