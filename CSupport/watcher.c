@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <uv.h>
 
 typedef enum {
@@ -50,6 +52,10 @@ struct gs__watch_s {
   uv_fs_event_t event;
   uv_timer_t timer;
   int has_timer;
+  // The folder, and what it looked like at the last rescan passed on: a
+  // folder that has not changed since costs a stat, not a Swift rescan.
+  char *path;
+  struct timespec scanned_mtime, scanned_ctime, scanned_at;
   // Set as soon as removal starts, so events libuv already has in hand are
   // dropped rather than delivered after remove returned.
   int removed;
@@ -153,10 +159,31 @@ static void gs__on_fs_event(uv_fs_event_t *handle, const char *filename,
   w->callback(w->context, watch->id, filename, gs_events, status);
 }
 
+static int gs__same_time(struct timespec a, struct timespec b) {
+  return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
 static void gs__on_timer(uv_timer_t *timer) {
   gs__watch_t *watch = timer->data;
   if (watch->removed)
     return;
+  struct stat st;
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  if (stat(watch->path, &st) == 0) {
+    // File times are coarse (a kernel tick): an entry added in the tick of
+    // the last rescan may leave them unchanged. Skip only when they were
+    // already more than a second old at that rescan.
+    int unchanged = gs__same_time(st.st_mtim, watch->scanned_mtime) &&
+                    gs__same_time(st.st_ctim, watch->scanned_ctime) &&
+                    st.st_mtim.tv_sec + 1 < watch->scanned_at.tv_sec &&
+                    st.st_ctim.tv_sec + 1 < watch->scanned_at.tv_sec;
+    if (unchanged)
+      return;
+    watch->scanned_mtime = st.st_mtim;
+    watch->scanned_ctime = st.st_ctim;
+  }
+  watch->scanned_at = now;
   gs_watcher_t *w = watch->watcher;
   w->callback(w->context, watch->id, NULL, GS_EVENT_RESCAN, 0);
 }
@@ -168,6 +195,7 @@ static void gs__on_watch_close(uv_handle_t *handle) {
   // Both handles are closed: no callback of this watch can run any more.
   if (watch->remove_cmd != NULL)
     gs__complete(watch->watcher, watch->remove_cmd, GS_OK);
+  free(watch->path);
   free(watch);
 }
 
@@ -189,10 +217,16 @@ static int gs__do_add(gs_watcher_t *w, const char *path, uint64_t rescan_ms,
   if (watch == NULL)
     return GS_ENOMEM;
   watch->watcher = w;
+  watch->path = strdup(path);
+  if (watch->path == NULL) {
+    free(watch);
+    return GS_ENOMEM;
+  }
 
   int rc = uv_fs_event_init(&w->loop, &watch->event);
   if (rc != 0) {
     // A handle whose init failed is not registered with the loop.
+    free(watch->path);
     free(watch);
     *uv_error = rc;
     return GS_EUV;

@@ -429,6 +429,33 @@ static void test_rescan(void) {
   ctx_free(c);
 }
 
+// A folder unchanged for a while costs a stat per tick, not a rescan; a
+// change brings the rescans back.
+static void test_rescan_skips_settled_folder(void) {
+  char dir[256];
+  make_dir(dir, sizeof(dir), "settled");
+  ctx_t *c = ctx_new();
+  gs_watcher_t *w = watcher_new(c);
+
+  uint64_t id = 0;
+  int err = 0;
+  int rc = gs_watcher_add(w, dir, 50, &id, &err);
+  CHECK(rc == GS_OK, "add with rescan: %d", rc);
+  sleep_ms(3500);  // the folder's times are now over a second old
+  unsigned long settled = atomic_load(&c->calls[id]);
+  sleep_ms(500);
+  CHECK(atomic_load(&c->calls[id]) == settled,
+        "rescans of a settled folder: %lu", atomic_load(&c->calls[id]) - settled);
+
+  write_file(dir, "new.txt");
+  CHECK(wait_rec(c, id, "new.txt", GS_EVENT_RENAME), "no RENAME new.txt");
+  ctx_clear(c);
+  CHECK(wait_rec(c, id, NULL, GS_EVENT_RESCAN), "no rescan after a change");
+
+  gs_watcher_close(w);
+  ctx_free(c);
+}
+
 static void test_missing(void) {
   char missing[256];
   make_path(missing, sizeof(missing), g_base, "no-such-folder");
@@ -841,6 +868,7 @@ int main(void) {
       {"errors", test_errors},
       {"events", test_events},
       {"rescan", test_rescan},
+      {"rescan_skips_settled_folder", test_rescan_skips_settled_folder},
       {"missing", test_missing},
       {"remove_other_thread", test_remove_other_thread},
       {"remove_in_callback", test_remove_in_callback},
