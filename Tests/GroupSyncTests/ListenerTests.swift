@@ -214,6 +214,29 @@ struct ListenerTests {
     #expect(ChangeSetLine(changeSet) == written[0])
   }
 
+  @Test func aBacklogLargerThanTheTrackingWindowIsDeliveredInOrder() async throws {
+    let folder = try TemporaryFolder()
+    let directory = try await ProcessHarness.initGroup(folder, schema: Self.schema)
+    let group = try GroupFolder(path: directory, create: false)
+    let listener = try group.listen(as: "behind", options: Self.options)
+    defer { listener.close() }
+
+    // Nothing consumes while more change sets arrive than the listener
+    // tracks at once (4096): it must list the inbox again as it drains.
+    let written = try await ProcessHarness.exec(directory, repeat: 5000, Self.insert)
+    var received: [Int64] = []
+    var iterator = listener.events.makeAsyncIterator()
+    while received.count < written.count, let event = await iterator.next() {
+      guard case .changes(let changeSet) = event else {
+        Issue.record("unexpected \(event)")
+        return
+      }
+      received.append(changeSet.sequence)
+    }
+    #expect(received == written.map(\.seq))
+    #expect(ProcessHarness.entries(group.layout.inbox("behind")).isEmpty)
+  }
+
   // MARK: Gaps
 
   @Test func aGapTurnsIntoAResetAfterTheGracePeriodAndDeliveryContinues() async throws {

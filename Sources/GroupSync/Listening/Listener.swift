@@ -56,7 +56,11 @@ public final class Listener: @unchecked Sendable {
 
   // Consumer-only state.
   private var nextSequence: Int64
+  /// Change sets in the inbox, within `window` of `nextSequence`; later
+  /// ones are only noted, so memory stays bounded whatever the backlog.
   private var inboxSequences = Set<Int64>()
+  private var moreBeyondWindow = false
+  private static let window: Int64 = 4096
   private var gapDeadline: ContinuousClock.Instant?
   private let reader: StoreReader
 
@@ -210,8 +214,10 @@ public final class Listener: @unchecked Sendable {
         return (shared.hintedSequences, shared.rescanRequested, inProcess, shared.closed)
       }
       if closed { return nil }
-      for sequence in hints where sequence >= nextSequence { inboxSequences.insert(sequence) }
-      if rescan, let reset = scanInbox() { return .reset(reset) }
+      for sequence in hints { track(sequence) }
+      // The window ran dry while more waits beyond it: list the inbox again.
+      let refill = inboxSequences.isEmpty && moreBeyondWindow && inProcess == nil
+      if rescan || refill, let reset = scanInbox() { return .reset(reset) }
       if let changeSet = inProcess {
         return .changes(accept(changeSet))
       }
@@ -237,7 +243,7 @@ public final class Listener: @unchecked Sendable {
   /// A later change set is waiting for a missing one: wait for the grace
   /// period, then give up with a reset.
   private func checkGap() -> Reset? {
-    let waiting = inboxSequences.contains { $0 > nextSequence }
+    let waiting = inboxSequences.contains { $0 > nextSequence } || moreBeyondWindow
       || shared.withLock { $0.inProcess.keys.contains { $0 > nextSequence } }
     guard waiting else {
       gapDeadline = nil
@@ -264,52 +270,65 @@ public final class Listener: @unchecked Sendable {
   /// up to it.
   private func reset(_ reason: String) -> Reset {
     Logger.groupSync.error("listener '\(name)': \(reason); resetting")
+    // List before reading the sequence: a file appears only after its
+    // commit, so every file listed now is at or below the sequence read
+    // next (covered by the reset), or forged; all of them go.
+    var listed: [String] = []
+    try? System.forEachDirectoryEntry(inboxPath) { name, _ in
+      if GroupLayout.sequence(inFileName: Substring(name)) != nil { listed.append(name) }
+    }
     let sequence = (try? reader.sequence()) ?? nextSequence
     nextSequence = max(nextSequence, sequence + 1)
     deliveredThrough.store(nextSequence, ordering: .relaxed)
     gapDeadline = nil
-    // Every file seen so far was seen before this read of the sequence, and
-    // a file appears only after its commit: anything not at or below the
-    // store's sequence is stale or forged, and goes.
-    for sequence in inboxSequences { removeEntry(GroupLayout.fileName(sequence: sequence)) }
+    for fileName in listed { removeEntry(fileName) }
     inboxSequences.removeAll()
+    moreBeyondWindow = false
     shared.withLock { shared in
       shared.inProcess = shared.inProcess.filter { $0.key >= nextSequence }
     }
     return Reset(reason: reason, sequence: nextSequence - 1)
   }
 
-  /// Lists the inbox. Foreign entries are removed and cause a reset, as
-  /// does an overflowing inbox.
+  /// Notes a change set found in the inbox.
+  private func track(_ sequence: Int64) {
+    if sequence < nextSequence { return }
+    if sequence < nextSequence + Self.window {
+      inboxSequences.insert(sequence)
+    } else {
+      moreBeyondWindow = true
+    }
+  }
+
+  /// Lists the inbox, streaming. Foreign entries are removed and cause a
+  /// reset, as does an overflowing inbox.
   private func scanInbox() -> Reset? {
-    let names: [String]
+    var foreign: [String] = []
+    var waitingCount = 0
+    inboxSequences.removeAll()  // the listing is the authority; events are hints
+    moreBeyondWindow = false
     do {
-      names = try System.listDirectory(inboxPath)
+      try System.forEachDirectoryEntry(inboxPath) { fileName, _ in
+        guard let sequence = GroupLayout.sequence(inFileName: Substring(fileName)) else {
+          if foreign.count < 5 { foreign.append(fileName) }
+          removeEntry(fileName)
+          return
+        }
+        if sequence < nextSequence {
+          removeEntry(fileName)  // already delivered or covered by a reset
+        } else {
+          waitingCount += 1
+          track(sequence)
+        }
+      }
     } catch {
       return reset("cannot list inbox: \(error)")
     }
-    var foreign: [String] = []
-    inboxSequences.removeAll()  // the listing is the authority; events are hints
-    for fileName in names {
-      guard let sequence = GroupLayout.sequence(inFileName: Substring(fileName)) else {
-        foreign.append(fileName)
-        removeEntry(fileName)
-        continue
-      }
-      if sequence < nextSequence {
-        removeEntry(fileName)  // already delivered or covered by a reset
-      } else {
-        inboxSequences.insert(sequence)
-      }
-    }
     if !foreign.isEmpty {
-      return reset("foreign entries in inbox, removed: \(foreign.sorted().prefix(5).joined(separator: ", "))")
+      return reset("foreign entries in inbox, removed: \(foreign.sorted().joined(separator: ", "))")
     }
-    if inboxSequences.count > options.maximumBacklog {
-      let count = inboxSequences.count
-      for sequence in inboxSequences { removeEntry(GroupLayout.fileName(sequence: sequence)) }
-      inboxSequences.removeAll()
-      return reset("inbox overflowed: \(count) change sets waiting (maximum \(options.maximumBacklog))")
+    if waitingCount > options.maximumBacklog {
+      return reset("inbox overflowed: \(waitingCount) change sets waiting (maximum \(options.maximumBacklog))")
     }
     return nil
   }

@@ -40,18 +40,24 @@ enum System {
 
   /// The names in a folder with their inode numbers, without `.` and `..`.
   static func listDirectoryEntries(_ path: String) throws -> [(name: String, inode: UInt64)] {
+    var entries: [(name: String, inode: UInt64)] = []
+    try forEachDirectoryEntry(path) { entries.append(($0, $1)) }
+    return entries
+  }
+
+  /// Calls `body` with each name in a folder (without `.` and `..`) and its
+  /// inode number, without holding the whole listing in memory.
+  static func forEachDirectoryEntry(_ path: String, _ body: (String, UInt64) throws -> Void) throws {
     guard let dir = opendir(path) else {
       throw GroupSyncError.system(call: "opendir", path: path, errno: errno)
     }
     defer { closedir(dir) }
-    var entries: [(name: String, inode: UInt64)] = []
     while let entry = readdir(dir) {
       let name = withUnsafePointer(to: entry.pointee.d_name) {
         $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
       }
-      if name != "." && name != ".." { entries.append((name, UInt64(entry.pointee.d_ino))) }
+      if name != "." && name != ".." { try body(name, UInt64(entry.pointee.d_ino)) }
     }
-    return entries
   }
 
   /// Removes a file; a missing file is fine.
