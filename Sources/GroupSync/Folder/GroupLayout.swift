@@ -25,20 +25,79 @@ struct GroupLayout: Sendable {
 
   static let fileSuffix = ".changeset"
   static let sequenceDigits = 20
+  /// `sequenceDigits` + the suffix.
+  private static let fileNameLength = 30
+  private static let suffixBytes: StaticString = ".changeset"
 
   /// `00000000000000000042.changeset`: zero-padded so names sort in order.
   static func fileName(sequence: Int64) -> String {
-    let digits = String(sequence)
-    return String(repeating: "0", count: max(0, sequenceDigits - digits.count)) + digits + fileSuffix
+    guard sequence >= 0 else {
+      // Never a real sequence number; kept as before: the sign after the zeros.
+      let digits = String(sequence)
+      return String(repeating: "0", count: max(0, sequenceDigits - digits.count)) + digits + fileSuffix
+    }
+    return String(unsafeUninitializedCapacity: fileNameLength) { buffer in
+      var value = UInt64(sequence)
+      var index = sequenceDigits
+      repeat {
+        index -= 1
+        buffer[index] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value % 10)
+        value /= 10
+      } while value != 0
+      while index > 0 {
+        index -= 1
+        buffer[index] = UInt8(ascii: "0")
+      }
+      for index in 0..<suffixBytes.utf8CodeUnitCount {
+        buffer[sequenceDigits + index] = suffixBytes.utf8Start[index]
+      }
+      return fileNameLength
+    }
   }
 
-  /// The sequence number in a change-set file name, or nil for any other name.
+  /// The sequence number in a change-set file name, or nil for any other name:
+  /// exactly 20 ASCII digits then `.changeset`, for a value in 1...Int64.max.
+  /// One pass over the UTF-8, no allocation (this runs on every inotify event).
   static func sequence(inFileName name: Substring) -> Int64? {
-    guard name.utf8.count == sequenceDigits + fileSuffix.utf8.count, name.hasSuffix(fileSuffix) else { return nil }
-    let digits = name.utf8.prefix(sequenceDigits)
-    guard digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else { return nil }
-    guard let sequence = Int64(Substring(digits)), sequence > 0 else { return nil }
-    return sequence
+    if let parsed = name.utf8.withContiguousStorageIfAvailable({ sequence(inFileNameBuffer: $0) }) { return parsed }
+    return sequence(inFileNameBytes: name.utf8)
+  }
+
+  private static func sequence(inFileNameBuffer bytes: UnsafeBufferPointer<UInt8>) -> Int64? {
+    // Int64.max has 19 digits, so the first of the 20 must be 0; the other
+    // 19 always fit in UInt64.
+    guard bytes.count == fileNameLength, bytes[0] == UInt8(ascii: "0") else { return nil }
+    var value: UInt64 = 0
+    for index in 1..<sequenceDigits {
+      let digit = bytes[index] &- UInt8(ascii: "0")
+      guard digit < 10 else { return nil }
+      value = value &* 10 &+ UInt64(digit)
+    }
+    for index in 0..<suffixBytes.utf8CodeUnitCount where bytes[sequenceDigits + index] != suffixBytes.utf8Start[index] {
+      return nil
+    }
+    guard value > 0, value <= UInt64(Int64.max) else { return nil }
+    return Int64(value)
+  }
+
+  /// `sequence(inFileName:)` on UTF-8 that is not contiguous in memory.
+  static func sequence<Bytes: Sequence<UInt8>>(inFileNameBytes bytes: Bytes) -> Int64? {
+    var value: UInt64 = 0
+    var offset = 0
+    for byte in bytes {
+      if offset == 0 {
+        guard byte == UInt8(ascii: "0") else { return nil }
+      } else if offset < sequenceDigits {
+        let digit = byte &- UInt8(ascii: "0")
+        guard digit < 10 else { return nil }
+        value = value &* 10 &+ UInt64(digit)
+      } else {
+        guard offset < fileNameLength, byte == suffixBytes.utf8Start[offset - sequenceDigits] else { return nil }
+      }
+      offset += 1
+    }
+    guard offset == fileNameLength, value > 0, value <= UInt64(Int64.max) else { return nil }
+    return Int64(value)
   }
 
   /// Listener names: 1-64 letters, digits, `-`, `_`, `.`; no leading `.`.
