@@ -20,6 +20,17 @@ import Testing
     #expect(decoded.invalidatedTables.map(\.uri) == ["x-groupsync://6F9619FF-8B86-D011-B42D-00C04FC964FF/tags"])
   }
 
+  @Test func writesTheStoreUUIDAsUUIDStringSpellsIt() {
+    for _ in 0..<100 {
+      let id = UUID()
+      let changeSet = ChangeSet(
+        storeID: id, sequence: 1, committedAtNanoseconds: 0, writerProcessID: 1, tables: [:],
+        invalidatedTableNames: [])
+      let text = String(decoding: ChangeSetEncoding.encode(changeSet), as: UTF8.self)
+      #expect(text.contains(#""store":"\#(id.uuidString)""#))
+    }
+  }
+
   @Test func pythonStandardLibraryReadsIt() throws {
     let folder = try TemporaryFolder()
     let file = folder.child("42.changeset")

@@ -37,7 +37,7 @@ public enum ChangeSetEncoding {
     out.append(contentsOf: #","seq":"#.utf8)
     out.append(contentsOf: String(changeSet.sequence).utf8)
     out.append(contentsOf: #","store":""#.utf8)
-    out.append(contentsOf: changeSet.storeID.uuidString.utf8)
+    appendUUID(changeSet.storeID, to: &out)
     out.append(contentsOf: #"","tables":{"#.utf8)
     for (index, table) in changeSet.tables.keys.sorted().enumerated() {
       if index > 0 { out.append(UInt8(ascii: ",")) }
@@ -86,5 +86,18 @@ public enum ChangeSetEncoding {
     out.append(UInt8(ascii: "\""))
   }
 
+  /// Appends the UUID as `uuidString` spells it (uppercase), without the
+  /// String that `uuidString` builds.
+  private static func appendUUID(_ id: UUID, to out: inout [UInt8]) {
+    withUnsafeBytes(of: id.uuid) { bytes in
+      for (index, byte) in bytes.enumerated() {
+        if index == 4 || index == 6 || index == 8 || index == 10 { out.append(UInt8(ascii: "-")) }
+        out.append(upperHexDigits[Int(byte >> 4)])
+        out.append(upperHexDigits[Int(byte & 0xf)])
+      }
+    }
+  }
+
   private static let hexDigits = Array("0123456789abcdef".utf8)
+  private static let upperHexDigits = Array("0123456789ABCDEF".utf8)
 }
