@@ -29,7 +29,7 @@ public final class Listener: @unchecked Sendable {
   /// The listener's name: its folder under `listeners/`.
   public let name: String
   /// The sequence number the store was at when the listener started.
-  public let startSequence: Int64
+  public private(set) var startSequence: Int64 = 0
   public let options: ListenerOptions
 
   let group: GroupLayout
@@ -55,7 +55,7 @@ public final class Listener: @unchecked Sendable {
   private let deliveredThrough = Atomic<Int64>(0)
 
   // Consumer-only state.
-  private var nextSequence: Int64
+  private var nextSequence: Int64 = 0
   /// Change sets in the inbox, within `window` of `nextSequence`; later
   /// ones are only noted, so memory stays bounded whatever the backlog.
   private var inboxSequences = Set<Int64>()
@@ -80,11 +80,13 @@ public final class Listener: @unchecked Sendable {
     // sequence is read; anything it linked meanwhile is at or below it.
     try Self.clear(inboxPath)
     reader = try StoreReader(path: group.store)
-    startSequence = try reader.sequence()
-    nextSequence = startSequence + 1
-    deliveredThrough.store(nextSequence, ordering: .relaxed)
+    // Registered in-process before the sequence is read: this process's
+    // commits after it come in memory, never through the inbox.
     LocalListeners.shared.add(self, group: group.root)
     do {
+      startSequence = try reader.sequence()
+      nextSequence = startSequence + 1
+      deliveredThrough.store(nextSequence, ordering: .relaxed)
       watch = try FolderWatcher.shared.watch(
         inboxPath, rescanMilliseconds: UInt64(options.rescanInterval.milliseconds)
       ) { [weak self] event in self?.handle(event) }
