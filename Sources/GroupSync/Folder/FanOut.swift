@@ -27,36 +27,23 @@ final class FanOut: Sendable {
     locks.withLock { $0.values.forEach { System.close($0.fd) } }
   }
 
-  /// What one delivery did, for tests and benchmarks.
-  struct Report: Equatable {
-    var delivered: [String] = []
-    var skippedDead: [String] = []
-    var inProcess: [String] = []
-  }
-
-  @discardableResult
-  func deliver(_ changeSet: ChangeSet) -> Report {
-    var report = Report()
+  func deliver(_ changeSet: ChangeSet) {
     let local = LocalListeners.shared.listeners(in: layout.root)
-    for listener in local {
-      listener.receiveInProcess(changeSet)
-      report.inProcess.append(listener.name)
-    }
+    for listener in local { listener.receiveInProcess(changeSet) }
     let entries: [(name: String, inode: UInt64)]
     do {
       entries = try System.listDirectoryEntries(layout.listeners)
     } catch {
       Logger.groupSync.error("cannot list listeners: \(error)")
-      return report
+      return
     }
     let localNames = Set(local.map(\.name))
     var targets: [(name: String, inbox: String)] = []
     locks.withLock { locks in
       for (name, inode) in entries where !localNames.contains(name) && GroupLayout.isValidListenerName(name) {
+        // A dead listener is skipped: its inbox does not grow.
         if let probe = liveProbe(name, folderInode: inode, cache: &locks) {
           targets.append((name, probe.inboxPrefix))
-        } else {
-          report.skippedDead.append(name)
         }
       }
       // Forget listener folders that are gone.
@@ -68,14 +55,14 @@ final class FanOut: Sendable {
         }
       }
     }
-    guard !targets.isEmpty else { return report }
+    guard !targets.isEmpty else { return }
     let fileName = GroupLayout.fileName(sequence: changeSet.sequence)
     let tmpPath = "\(layout.tmp)/\(fileName).\(System.processID).\(token).tmp"
     do {
       try write(ChangeSetEncoding.encode(changeSet), to: tmpPath)
     } catch {
       Logger.groupSync.error("cannot publish change set \(changeSet.sequence): \(error)")
-      return report
+      return
     }
     var renamed = false
     for (index, target) in targets.enumerated() {
@@ -84,7 +71,6 @@ final class FanOut: Sendable {
       let isLast = index == targets.count - 1
       let (call, result) = isLast ? ("rename", rename(tmpPath, destination)) : ("link", link(tmpPath, destination))
       if result == 0 {
-        report.delivered.append(target.name)
         renamed = isLast
       } else if errno != ENOENT {  // ENOENT: the listener went away meanwhile
         let error = GroupSyncError.system(call: call, path: destination, errno: errno)
@@ -92,7 +78,6 @@ final class FanOut: Sendable {
       }
     }
     if !renamed { _ = unlink(tmpPath) }
-    return report
   }
 
   /// An open lock file of one listener folder, and its inbox path.

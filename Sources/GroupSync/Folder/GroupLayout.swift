@@ -31,11 +31,7 @@ struct GroupLayout: Sendable {
 
   /// `00000000000000000042.changeset`: zero-padded so names sort in order.
   static func fileName(sequence: Int64) -> String {
-    guard sequence >= 0 else {
-      // Never a real sequence number; kept as before: the sign after the zeros.
-      let digits = String(sequence)
-      return String(repeating: "0", count: max(0, sequenceDigits - digits.count)) + digits + fileSuffix
-    }
+    precondition(sequence >= 0, "sequence numbers are not negative")
     return String(unsafeUninitializedCapacity: fileNameLength) { buffer in
       var value = UInt64(sequence)
       var index = sequenceDigits
@@ -60,7 +56,7 @@ struct GroupLayout: Sendable {
   /// One pass over the UTF-8, no allocation (this runs on every inotify event).
   static func sequence(inFileName name: Substring) -> Int64? {
     if let parsed = name.utf8.withContiguousStorageIfAvailable({ sequence(inFileNameBuffer: $0) }) { return parsed }
-    return sequence(inFileNameBytes: name.utf8)
+    return Array(name.utf8).withUnsafeBufferPointer { sequence(inFileNameBuffer: $0) }
   }
 
   private static func sequence(inFileNameBuffer bytes: UnsafeBufferPointer<UInt8>) -> Int64? {
@@ -77,26 +73,6 @@ struct GroupLayout: Sendable {
       return nil
     }
     guard value > 0, value <= UInt64(Int64.max) else { return nil }
-    return Int64(value)
-  }
-
-  /// `sequence(inFileName:)` on UTF-8 that is not contiguous in memory.
-  static func sequence<Bytes: Sequence<UInt8>>(inFileNameBytes bytes: Bytes) -> Int64? {
-    var value: UInt64 = 0
-    var offset = 0
-    for byte in bytes {
-      if offset == 0 {
-        guard byte == UInt8(ascii: "0") else { return nil }
-      } else if offset < sequenceDigits {
-        let digit = byte &- UInt8(ascii: "0")
-        guard digit < 10 else { return nil }
-        value = value &* 10 &+ UInt64(digit)
-      } else {
-        guard offset < fileNameLength, byte == suffixBytes.utf8Start[offset - sequenceDigits] else { return nil }
-      }
-      offset += 1
-    }
-    guard offset == fileNameLength, value > 0, value <= UInt64(Int64.max) else { return nil }
     return Int64(value)
   }
 

@@ -8,10 +8,6 @@ struct ChangeSetBuilder {
   /// Each table's row operations, in the order they happened.
   private var logs: [String: [(rowID: Int64, operation: RowOperation)]] = [:]
 
-  mutating func record(table: String, rowID: Int64, operation: RowOperation) {
-    logs[table, default: []].append((rowID, operation))
-  }
-
   mutating func record(table: String, operations: [(rowID: Int64, operation: RowOperation)]) {
     logs[table, default: []].append(contentsOf: operations)
   }
