@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CONFIG ?= debug
 BIN = .build/$(CONFIG)/groupsync
 
-.PHONY: help deps build test test-c demo lib install install-check bench bench-quick clean
+.PHONY: help deps build test test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -18,16 +18,51 @@ deps: ## Install libuv and SQLite headers with apt-get if they are missing
 build: deps ## Build the library and the groupsync tool
 	$(SWIFT) build -c $(CONFIG)
 
-test: deps test-c install-check ## Run every test (C layer, library, CLI across real processes, install)
+test: deps test-c test-swift test-asan test-tsan install-check ## Run every test: C under ASan, Swift (plain, ASan, TSan), install
+
+test-swift: deps ## Run the Swift tests (library, CLI across real processes)
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 
-test-c: deps ## Run the C watcher's stress test under AddressSanitizer
+# The Swift tests again, built with AddressSanitizer in a build folder of
+# their own; the CLI they start is the ASan build too. LeakSanitizer is off:
+# Swift reports the weak-reference side tables of process-wide singletons
+# still alive at exit, which are not leaks.
+ASAN_ENV = GROUPSYNC_BIN=$(CURDIR)/.build-asan/debug/groupsync GROUPSYNC_SANITIZER=address \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
+test-asan: deps ## Run the Swift tests under AddressSanitizer (.build-asan)
+	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan
+	$(ASAN_ENV) $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan
+
+# ThreadSanitizer sees the library's locks (pthread mutexes, see
+# Support/Locked.swift); Synchronization.Mutex's futex it could not.
+TSAN_ENV = GROUPSYNC_BIN=$(CURDIR)/.build-tsan/debug/groupsync GROUPSYNC_SANITIZER=thread
+test-tsan: deps ## Run the Swift tests under ThreadSanitizer (.build-tsan)
+	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
+	$(TSAN_ENV) $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan
+
+test-c: deps ## Run the C capture's test and the watcher's stress test under AddressSanitizer
 	@mkdir -p .build
+	cc -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -fsanitize=address,undefined -g \
+	  -I CSupport/include CSupport/capture.c CSupport/errors.c Tests/c/capture_test.c \
+	  -lsqlite3 -o .build/capture_test
+	./.build/capture_test
 	cc -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -fsanitize=address,undefined -g \
 	  -I CSupport/include CSupport/watcher.c CSupport/errors.c Tests/c/watcher_test.c \
 	  -luv -lpthread -o .build/watcher_test
 	./.build/watcher_test
+
+# The capture's randomized differential test, long form (the short seeded
+# form runs in test-swift): random schemas and transactions, each checked
+# against the whole store read before and after it. GROUPSYNC_FUZZ_SECONDS
+# (600), GROUPSYNC_FUZZ_SEED (the first seed; random and printed if unset),
+# GROUPSYNC_FUZZ_TRANSACTIONS (per seed, 300); failures, each with a
+# minimal reproducer, are printed and written to GROUPSYNC_FUZZ_OUT.
+.PHONY: fuzz-capture
+fuzz-capture: deps ## Randomized differential test of the capture (GROUPSYNC_FUZZ_SECONDS=600, GROUPSYNC_FUZZ_SEED=N)
+	$(SWIFT) build --build-tests --scratch-path .build-fuzz
+	GROUPSYNC_FUZZ_SECONDS=$${GROUPSYNC_FUZZ_SECONDS:-600} \
+	  $(SWIFT) test --skip-build --scratch-path .build-fuzz --filter 'CaptureDifferentialTests/longRun'
 
 demo: deps ## The main job: listener and writer processes on a fresh group folder
 	$(SWIFT) build -c release --product groupsync
@@ -36,13 +71,17 @@ demo: deps ## The main job: listener and writer processes on a fresh group folde
 lib: deps ## Build libGroupSyncShared.so (release)
 	$(SWIFT) build -c release --product GroupSyncShared
 
-install: lib ## Install the shared library, its modules and the CLI under PREFIX
+install: lib ## Install the shared library, its modules (GroupSync, GRDB) and the CLI under PREFIX
 	$(SWIFT) build -c release --product groupsync
-	install -d $(PREFIX)/lib $(PREFIX)/bin $(PREFIX)/include/CGroupSync $(PREFIX)/lib/swift/linux
+	install -d $(PREFIX)/lib $(PREFIX)/bin $(PREFIX)/include/CGroupSync $(PREFIX)/include/GRDBSQLite $(PREFIX)/lib/swift/linux
 	install -m 755 .build/release/libGroupSyncShared.so $(PREFIX)/lib/
 	install -m 755 .build/release/groupsync $(PREFIX)/bin/
-	# The library links swift-log in; its module is needed to import GroupSync.
-	cp -R .build/release/Modules/GroupSync.swiftmodule .build/release/Modules/Logging.swiftmodule $(PREFIX)/lib/swift/linux/
+	# The library links GRDB and swift-log in; their modules are needed to
+	# import GroupSync and to use GRDB's API on its store.
+	cp -R .build/release/Modules/GroupSync.swiftmodule .build/release/Modules/GRDB.swiftmodule \
+	  .build/release/Modules/Logging.swiftmodule $(PREFIX)/lib/swift/linux/
+	install -m 644 .build/checkouts/GRDB.swift/Sources/GRDBSQLite/shim.h \
+	  .build/checkouts/GRDB.swift/Sources/GRDBSQLite/module.modulemap $(PREFIX)/include/GRDBSQLite/
 	install -m 644 CSupport/include/CGroupSync.h $(PREFIX)/include/CGroupSync/
 	printf 'module CGroupSync {\n  header "CGroupSync.h"\n  link "sqlite3"\n  link "uv"\n  export *\n}\n' \
 	  > $(PREFIX)/include/CGroupSync/module.modulemap
@@ -52,24 +91,28 @@ install-check: deps ## Install into .build/install-check, then build and run a p
 	@rm -rf $(CHECK) && mkdir -p $(CHECK)
 	$(MAKE) --no-print-directory install PREFIX=$(CURDIR)/$(CHECK)/prefix
 	swiftc Tests/install/main.swift -I $(CHECK)/prefix/lib/swift/linux -I $(CHECK)/prefix/include \
+	  -I $(CHECK)/prefix/include/GRDBSQLite \
 	  -L $(CHECK)/prefix/lib -lGroupSyncShared -Xlinker -rpath -Xlinker $(CURDIR)/$(CHECK)/prefix/lib \
 	  -o $(CHECK)/client
 	$(CHECK)/client $(CHECK)/group
 
-clean: ## Remove build products
-	rm -rf .build
+clean: ## Remove build products (also the sanitizer and bench build folders)
+	rm -rf .build .build-asan .build-tsan .build-fuzz .build-bench
 
-bench: deps ## Benchmarks vs the floor, polling and plain SQLite (< 10 min): table, bench/results.json
-	$(SWIFT) build -c release
+# The benchmarks build in BENCH_BUILD (.build), e.g. BENCH_BUILD=.build-bench
+# to keep clear of another build.
+BENCH_BUILD ?= .build
+bench: deps ## Benchmarks vs the floor, polling, raw SQLite and plain GRDB (< 10 min): table, bench/results.json
+	$(SWIFT) build -c release --scratch-path $(BENCH_BUILD)
 	@mkdir -p bench/out
 	cc -O2 -Wall -Wextra -o bench/out/floor bench/floor.c
 	cc -O2 -Wall -Wextra -shared -fPIC -o bench/out/vgshim.so bench/vgshim.c
-	.build/release/groupsync bench --floor bench/out/floor --valgrind-shim bench/out/vgshim.so \
+	$(BENCH_BUILD)/release/groupsync bench --floor bench/out/floor --valgrind-shim bench/out/vgshim.so \
 	  --work-folder bench/out --output bench/results.json
 
 bench-quick: deps ## The same benchmarks with fewer samples (< 1 min): bench/results-quick.json
-	$(SWIFT) build -c release
+	$(SWIFT) build -c release --scratch-path $(BENCH_BUILD)
 	@mkdir -p bench/out
 	cc -O2 -Wall -Wextra -o bench/out/floor bench/floor.c
-	.build/release/groupsync bench --quick --floor bench/out/floor --work-folder bench/out \
+	$(BENCH_BUILD)/release/groupsync bench --quick --floor bench/out/floor --work-folder bench/out \
 	  --output bench/results-quick.json

@@ -12,6 +12,7 @@ let package = Package(
   dependencies: [
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
   ],
   targets: [
     .target(
@@ -24,6 +25,7 @@ let package = Package(
       name: "GroupSync",
       dependencies: [
         "CGroupSync",
+        .product(name: "GRDB", package: "GRDB.swift"),
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
@@ -31,12 +33,13 @@ let package = Package(
       name: "groupsync",
       dependencies: [
         "GroupSync",
+        .product(name: "GRDB", package: "GRDB.swift"),
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
     ),
     .testTarget(
       name: "GroupSyncTests",
-      dependencies: ["GroupSync", "CGroupSync"]
+      dependencies: ["GroupSync", "CGroupSync", .product(name: "GRDB", package: "GRDB.swift")]
     ),
   ],
   swiftLanguageModes: [.v6]

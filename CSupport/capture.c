@@ -1,7 +1,9 @@
 // Row-change capture on an SQLite connection.
 //
-// The hooks only append to a buffer: SQLite forbids touching the connection
-// from inside them, and they run on the hot path of every row written.
+// The hook only appends to a buffer: SQLite forbids touching the connection
+// from inside it, and it runs on the hot path of every row written. The
+// capture installs no other hook: commits and rollbacks are told to it by
+// the connection's owner (GRDB's transaction observer).
 // Declares the pre-update API in sqlite3.h; must precede its inclusion.
 #define SQLITE_ENABLE_PREUPDATE_HOOK 1
 #include "CGroupSync.h"
@@ -11,32 +13,38 @@
 #include <string.h>
 
 // Linked weakly so that the library still loads against an SQLite built
-// without the pre-update hook; a NULL address selects the update hook.
+// without the pre-update hook; a NULL address selects the fallback.
 #pragma weak sqlite3_preupdate_hook
 
 struct gs_capture_s {
   sqlite3 *db;
-  gs_hook_kind kind;
-  char *ignored_prefix;
-  size_t ignored_prefix_len;
+  bool uses_preupdate;
+
+  char **ignored_prefixes;
+  size_t ignored_count;
+  char **ignored_tables;
+  size_t ignored_table_count;
 
   // Table names, interned for the capture's life: rows refer to them by
   // index, and most transactions touch the table of the previous row.
   char **tables;
-  bool *table_ignored;  // per table: internal, so never reported
+  bool *table_ignored;      // per table: internal, so never reported
+  bool *table_invalidated;  // per table, in the open transaction
+  size_t *table_rows;       // per table, rows pending in the open transaction
   uint32_t table_count;
   uint32_t table_capacity;
   uint32_t last_table;
+  uint32_t invalidated_count;
 
   gs_row_change *pending;  // rows of the open transaction
   size_t pending_count;
   size_t pending_capacity;
+  size_t row_budget;  // 0: none
 
-  gs_row_change *committed;  // rows of the last commit, until taken
-  size_t committed_count;
-  size_t committed_capacity;
-
-  bool allow_commit;
+  // Every captured change bumps `changes`; gs_capture_mark_sequenced
+  // remembers the value it covered.
+  uint64_t changes;
+  uint64_t sequenced_changes;
   bool overflowed;
   // SQLite names the main schema with one static string: once seen, a
   // pointer compare replaces strcmp on every row.
@@ -45,8 +53,14 @@ struct gs_capture_s {
 
 static bool gs__is_ignored_table(const gs_capture_t *c, const char *table) {
   if (strncmp(table, "sqlite_", 7) == 0) return true;
-  return c->ignored_prefix_len > 0 &&
-         strncmp(table, c->ignored_prefix, c->ignored_prefix_len) == 0;
+  for (size_t i = 0; i < c->ignored_count; i++) {
+    const char *prefix = c->ignored_prefixes[i];
+    if (strncmp(table, prefix, strlen(prefix)) == 0) return true;
+  }
+  for (size_t i = 0; i < c->ignored_table_count; i++) {
+    if (strcmp(table, c->ignored_tables[i]) == 0) return true;
+  }
+  return false;
 }
 
 // Temp and attached schemas are not the store.
@@ -57,7 +71,26 @@ static bool gs__is_main(gs_capture_t *c, const char *db_name) {
   return true;
 }
 
+static bool gs__grow_tables(gs_capture_t *c) {
+  uint32_t capacity = c->table_capacity ? c->table_capacity * 2 : 16;
+  char **tables = realloc(c->tables, capacity * sizeof *tables);
+  if (!tables) return false;
+  c->tables = tables;
+  bool *ignored = realloc(c->table_ignored, capacity * sizeof *ignored);
+  if (!ignored) return false;
+  c->table_ignored = ignored;
+  bool *invalidated = realloc(c->table_invalidated, capacity * sizeof *invalidated);
+  if (!invalidated) return false;
+  c->table_invalidated = invalidated;
+  size_t *rows = realloc(c->table_rows, capacity * sizeof *rows);
+  if (!rows) return false;
+  c->table_rows = rows;
+  c->table_capacity = capacity;
+  return true;
+}
+
 // Returns the table's index, interning it if new; UINT32_MAX on OOM.
+// Names are compared by their bytes: SQLite's own rule.
 static uint32_t gs__intern(gs_capture_t *c, const char *table) {
   if (c->last_table < c->table_count &&
       strcmp(c->tables[c->last_table], table) == 0)
@@ -65,21 +98,44 @@ static uint32_t gs__intern(gs_capture_t *c, const char *table) {
   for (uint32_t i = 0; i < c->table_count; i++) {
     if (strcmp(c->tables[i], table) == 0) return c->last_table = i;
   }
-  if (c->table_count == c->table_capacity) {
-    uint32_t capacity = c->table_capacity ? c->table_capacity * 2 : 16;
-    char **grown = realloc(c->tables, capacity * sizeof *grown);
-    if (!grown) return UINT32_MAX;
-    c->tables = grown;
-    bool *flags = realloc(c->table_ignored, capacity * sizeof *flags);
-    if (!flags) return UINT32_MAX;
-    c->table_ignored = flags;
-    c->table_capacity = capacity;
-  }
+  if (c->table_count == c->table_capacity && !gs__grow_tables(c))
+    return UINT32_MAX;
   char *copy = strdup(table);
   if (!copy) return UINT32_MAX;
-  c->tables[c->table_count] = copy;
-  c->table_ignored[c->table_count] = gs__is_ignored_table(c, table);
-  return c->last_table = c->table_count++;
+  uint32_t index = c->table_count++;
+  c->tables[index] = copy;
+  c->table_ignored[index] = gs__is_ignored_table(c, table);
+  c->table_invalidated[index] = false;
+  c->table_rows[index] = 0;
+  return c->last_table = index;
+}
+
+static void gs__mark_invalidated(gs_capture_t *c, uint32_t index) {
+  if (c->table_invalidated[index]) return;
+  c->table_invalidated[index] = true;
+  c->invalidated_count++;
+}
+
+// Over budget: the tables with the most pending rows are reported as
+// invalidated and their rows dropped, until half the budget is left. A
+// huge transaction thus costs bounded memory and a bounded change set.
+static void gs__enforce_budget(gs_capture_t *c) {
+  while (c->pending_count > c->row_budget / 2) {
+    uint32_t largest = UINT32_MAX;
+    for (uint32_t i = 0; i < c->table_count; i++) {
+      if (c->table_rows[i] > 0 &&
+          (largest == UINT32_MAX || c->table_rows[i] > c->table_rows[largest]))
+        largest = i;
+    }
+    if (largest == UINT32_MAX) return;
+    gs__mark_invalidated(c, largest);
+    size_t kept = 0;
+    for (size_t i = 0; i < c->pending_count; i++) {
+      if (c->pending[i].table != largest) c->pending[kept++] = c->pending[i];
+    }
+    c->pending_count = kept;
+    c->table_rows[largest] = 0;
+  }
 }
 
 static void gs__record(gs_capture_t *c, int sqlite_op, const char *db_name,
@@ -88,6 +144,8 @@ static void gs__record(gs_capture_t *c, int sqlite_op, const char *db_name,
   uint32_t index = gs__intern(c, table);
   if (index == UINT32_MAX) goto overflow;
   if (c->table_ignored[index]) return;
+  c->changes++;
+  if (c->table_invalidated[index]) return;
   if (c->pending_count == c->pending_capacity) {
     size_t capacity = c->pending_capacity ? c->pending_capacity * 2 : 64;
     gs_row_change *grown = realloc(c->pending, capacity * sizeof *grown);
@@ -100,6 +158,8 @@ static void gs__record(gs_capture_t *c, int sqlite_op, const char *db_name,
                                              : GS_OP_UPDATE;
   c->pending[c->pending_count++] =
       (gs_row_change){.rowid = rowid, .table = index, .op = op};
+  c->table_rows[index]++;
+  if (c->row_budget && c->pending_count > c->row_budget) gs__enforce_budget(c);
   return;
 overflow:
   c->overflowed = true;
@@ -119,122 +179,142 @@ static void gs__preupdate(void *context, sqlite3 *db, int op,
   }
 }
 
-static void gs__update(void *context, int op, const char *db_name,
-                       const char *table, sqlite3_int64 rowid) {
-  gs__record(context, op, db_name, table, rowid);
-}
-
-// With only the update hook, DELETE without WHERE would take the truncate
-// optimisation and report nothing; SQLITE_IGNORE on SQLITE_DELETE makes
-// SQLite delete row by row instead (documented in sqlite3_set_authorizer).
-static int gs__authorize(void *context, int action, const char *a,
-                         const char *b, const char *c, const char *d) {
-  (void)context, (void)a, (void)b, (void)c, (void)d;
-  return action == SQLITE_DELETE ? SQLITE_IGNORE : SQLITE_OK;
-}
-
-static int gs__commit(void *context) {
-  gs_capture_t *c = context;
-  if (c->overflowed) return 1;
-  if (c->pending_count == 0) return 0;
-  if (!c->allow_commit) return 1;  // unsequenced changes must not commit
-  c->allow_commit = false;
-  // Swap buffers so both keep their capacity across transactions.
-  gs_row_change *rows = c->committed;
-  size_t capacity = c->committed_capacity;
-  c->committed = c->pending;
-  c->committed_capacity = c->pending_capacity;
-  c->committed_count = c->pending_count;
-  c->pending = rows;
-  c->pending_capacity = capacity;
+static void gs__end_transaction(gs_capture_t *c) {
   c->pending_count = 0;
-  return 0;
-}
-
-static void gs__rollback(void *context) {
-  gs_capture_t *c = context;
-  c->pending_count = 0;
-  c->allow_commit = false;
+  if (c->invalidated_count) {
+    memset(c->table_invalidated, 0, c->table_count * sizeof(bool));
+    c->invalidated_count = 0;
+  }
+  memset(c->table_rows, 0, c->table_count * sizeof(size_t));
+  c->changes = 0;
+  c->sequenced_changes = 0;
   c->overflowed = false;
 }
 
-int gs_capture_create(sqlite3 *db, const char *ignored_prefix, int options,
-                      gs_capture_t **out) {
+int gs_capture_create(sqlite3 *db, int options, gs_capture_t **out) {
   *out = NULL;
   if (!db) return GS_EINVAL;
   gs_capture_t *c = calloc(1, sizeof *c);
   if (!c) return GS_ENOMEM;
-  c->ignored_prefix = strdup(ignored_prefix);
-  if (!c->ignored_prefix) {
-    free(c);
-    return GS_ENOMEM;
-  }
-  c->ignored_prefix_len = strlen(ignored_prefix);
   c->db = db;
-  bool preupdate = sqlite3_preupdate_hook != NULL &&
-                   !(options & GS_CAPTURE_FORCE_UPDATE_HOOK);
-  c->kind = preupdate ? GS_HOOK_PREUPDATE : GS_HOOK_UPDATE;
-  if (preupdate) {
-    sqlite3_preupdate_hook(db, gs__preupdate, c);
-  } else {
-    sqlite3_update_hook(db, gs__update, c);
-    if (sqlite3_set_authorizer(db, gs__authorize, c) != SQLITE_OK) {
-      sqlite3_update_hook(db, NULL, NULL);
-      gs_capture_close(c);
-      return GS_ESQLITE;
-    }
-  }
-  sqlite3_commit_hook(db, gs__commit, c);
-  sqlite3_rollback_hook(db, gs__rollback, c);
+  c->uses_preupdate = sqlite3_preupdate_hook != NULL &&
+                      !(options & GS_CAPTURE_NO_PREUPDATE_HOOK);
+  if (c->uses_preupdate) sqlite3_preupdate_hook(db, gs__preupdate, c);
   *out = c;
   return GS_OK;
 }
 
 void gs_capture_close(gs_capture_t *c) {
   if (!c) return;
-  if (c->db) {
-    sqlite3_commit_hook(c->db, NULL, NULL);
-    sqlite3_rollback_hook(c->db, NULL, NULL);
-    if (c->kind == GS_HOOK_PREUPDATE) {
-      sqlite3_preupdate_hook(c->db, NULL, NULL);
-    } else {
-      sqlite3_update_hook(c->db, NULL, NULL);
-      sqlite3_set_authorizer(c->db, NULL, NULL);
-    }
+  if (c->uses_preupdate) {
+    // Put back whatever another party installed after us.
+    void *previous = sqlite3_preupdate_hook(c->db, NULL, NULL);
+    if (previous != c) sqlite3_preupdate_hook(c->db, NULL, previous);
   }
   for (uint32_t i = 0; i < c->table_count; i++) free(c->tables[i]);
+  for (size_t i = 0; i < c->ignored_count; i++) free(c->ignored_prefixes[i]);
+  free(c->ignored_prefixes);
+  for (size_t i = 0; i < c->ignored_table_count; i++) free(c->ignored_tables[i]);
+  free(c->ignored_tables);
   free(c->tables);
   free(c->table_ignored);
+  free(c->table_invalidated);
+  free(c->table_rows);
   free(c->pending);
-  free(c->committed);
-  free(c->ignored_prefix);
   free(c);
 }
 
-gs_hook_kind gs_capture_hook_kind(const gs_capture_t *c) { return c->kind; }
+int gs_capture_ignore_prefix(gs_capture_t *c, const char *prefix) {
+  char **grown = realloc(c->ignored_prefixes,
+                         (c->ignored_count + 1) * sizeof *grown);
+  if (!grown) return GS_ENOMEM;
+  c->ignored_prefixes = grown;
+  char *copy = strdup(prefix);
+  if (!copy) return GS_ENOMEM;
+  c->ignored_prefixes[c->ignored_count++] = copy;
+  for (uint32_t i = 0; i < c->table_count; i++)
+    c->table_ignored[i] = gs__is_ignored_table(c, c->tables[i]);
+  return GS_OK;
+}
 
-size_t gs_capture_pending_count(const gs_capture_t *c) {
+int gs_capture_ignore_table(gs_capture_t *c, const char *table) {
+  char **grown = realloc(c->ignored_tables,
+                         (c->ignored_table_count + 1) * sizeof *grown);
+  if (!grown) return GS_ENOMEM;
+  c->ignored_tables = grown;
+  char *copy = strdup(table);
+  if (!copy) return GS_ENOMEM;
+  c->ignored_tables[c->ignored_table_count++] = copy;
+  for (uint32_t i = 0; i < c->table_count; i++) {
+    if (strcmp(c->tables[i], table) == 0) c->table_ignored[i] = true;
+  }
+  return GS_OK;
+}
+
+int gs_capture_uses_preupdate_hook(const gs_capture_t *c) {
+  return c->uses_preupdate;
+}
+
+int gs_capture_hook_intact(const gs_capture_t *c) {
+  if (!c->uses_preupdate) return 0;
+  // sqlite3_preupdate_hook returns the previous context: reinstall ours
+  // and see whether it was still there.
+  void *previous = sqlite3_preupdate_hook(c->db, gs__preupdate, (void *)c);
+  return previous == c;
+}
+
+void gs_capture_record(gs_capture_t *c, int sqlite_op, const char *db_name,
+                       const char *table, int64_t rowid) {
+  gs__record(c, sqlite_op, db_name, table, rowid);
+}
+
+void gs_capture_invalidate(gs_capture_t *c, const char *table) {
+  if (c->overflowed) return;
+  uint32_t index = gs__intern(c, table);
+  if (index == UINT32_MAX) {
+    c->overflowed = true;
+    return;
+  }
+  if (c->table_ignored[index]) return;
+  c->changes++;
+  gs__mark_invalidated(c, index);
+}
+
+void gs_capture_set_row_budget(gs_capture_t *c, size_t budget) {
+  c->row_budget = budget;
+}
+
+size_t gs_capture_pending(const gs_capture_t *c, const gs_row_change **rows) {
+  *rows = c->pending_count ? c->pending : NULL;
   return c->pending_count;
 }
 
-void gs_capture_allow_commit(gs_capture_t *c) { c->allow_commit = true; }
+int gs_capture_table_invalidated(const gs_capture_t *c, uint32_t table) {
+  return table < c->table_count && c->table_invalidated[table];
+}
 
-size_t gs_capture_take_committed(gs_capture_t *c, const gs_row_change **rows) {
-  size_t count = c->committed_count;
-  *rows = count ? c->committed : NULL;
-  c->committed_count = 0;
-  return count;
+int gs_capture_has_changes(const gs_capture_t *c) { return c->changes > 0; }
+
+uint32_t gs_capture_table_count(const gs_capture_t *c) {
+  return c->table_count;
 }
 
 const char *gs_capture_table_name(const gs_capture_t *c, uint32_t table) {
   return table < c->table_count ? c->tables[table] : NULL;
 }
 
-void gs_capture_reset(gs_capture_t *c) {
-  c->pending_count = 0;
-  c->committed_count = 0;
-  c->allow_commit = false;
-  c->overflowed = false;
+void gs_capture_mark_sequenced(gs_capture_t *c) {
+  c->sequenced_changes = c->changes;
 }
+
+int gs_capture_will_commit(const gs_capture_t *c) {
+  if (c->overflowed) return GS_CAPTURE_OVERFLOWED;
+  if (c->changes != c->sequenced_changes) return GS_CAPTURE_UNSEQUENCED;
+  return 0;
+}
+
+void gs_capture_did_commit(gs_capture_t *c) { gs__end_transaction(c); }
+
+void gs_capture_did_rollback(gs_capture_t *c) { gs__end_transaction(c); }
 
 int gs_capture_overflowed(const gs_capture_t *c) { return c->overflowed; }

@@ -178,8 +178,11 @@ static void gs__on_timer(uv_timer_t *timer) {
                     gs__same_time(st.st_ctim, watch->scanned_ctime) &&
                     st.st_mtim.tv_sec + 1 < watch->scanned_at.tv_sec &&
                     st.st_ctim.tv_sec + 1 < watch->scanned_at.tv_sec;
-    if (unchanged)
+    if (unchanged) {
+      gs_watcher_t *w = watch->watcher;
+      w->callback(w->context, watch->id, NULL, GS_EVENT_TICK, 0);
       return;
+    }
     watch->scanned_mtime = st.st_mtim;
     watch->scanned_ctime = st.st_ctim;
   }

@@ -53,19 +53,6 @@ typedef enum {
   GS_OP_DELETE = 3,
 } gs_op;
 
-/// Which SQLite hook a capture runs on.
-typedef enum {
-  /// The pre-update hook: sees REPLACE deletes, disables the truncate
-  /// optimisation, and sees WITHOUT ROWID tables. SQLite reports their
-  /// rows with rowid 0, so a captured rowid of 0 means "row 0, or any row
-  /// of a WITHOUT ROWID table"; the caller tells the two apart.
-  GS_HOOK_PREUPDATE = 1,
-  /// The update hook, for SQLite builds without the pre-update hook. It
-  /// misses REPLACE deletes and WITHOUT ROWID tables; the capture installs
-  /// an authorizer that switches off the truncate optimisation.
-  GS_HOOK_UPDATE = 2,
-} gs_hook_kind;
-
 /// One captured row change. `table` indexes gs_capture_table_name.
 typedef struct {
   int64_t rowid;
@@ -79,52 +66,106 @@ typedef struct gs_capture_s gs_capture_t;
 
 /// Options for gs_capture_create.
 enum {
-  /// Use the update hook even where the pre-update hook exists (for tests).
-  GS_CAPTURE_FORCE_UPDATE_HOOK = 1,
+  /// Do not install the pre-update hook even where SQLite has it: rows are
+  /// fed with gs_capture_record instead (tests of the fallback).
+  GS_CAPTURE_NO_PREUPDATE_HOOK = 1,
 };
 
-/// Installs the capture hooks on `db`, replacing any commit, rollback,
-/// update, pre-update hooks (and, with the update hook, the authorizer).
+/// Why gs_capture_will_commit refuses a commit.
+enum {
+  /// Rows were captured that gs_capture_mark_sequenced did not cover.
+  GS_CAPTURE_UNSEQUENCED = 1,
+  /// Memory ran out while capturing: the rows are incomplete.
+  GS_CAPTURE_OVERFLOWED = 2,
+};
+
+/// Records the rows each transaction on `db` changes, with SQLite's
+/// pre-update hook: it sees REPLACE deletes, WITHOUT ROWID tables and rows
+/// of `DELETE FROM t` (it switches off the truncate optimisation).
 ///
-/// Tables whose name starts with `sqlite_` or with `ignored_prefix` are not
+/// The capture owns the pre-update hook and no other hook: on a connection
+/// that GRDB.swift owns, commit, rollback, update hooks and the authorizer
+/// are GRDB's, and the owner of the connection tells the capture of
+/// commits and rollbacks through gs_capture_will_commit, did_commit and
+/// did_rollback. Without the pre-update hook (SQLite built without it, or
+/// GS_CAPTURE_NO_PREUPDATE_HOOK) the owner feeds rows with
+/// gs_capture_record.
+///
+/// Tables whose name starts with `sqlite_` or an ignored prefix are not
 /// captured, nor are tables outside the `main` schema.
-///
-/// While the capture is installed, a COMMIT that changed captured rows
-/// succeeds only after gs_capture_allow_commit; any other such commit is
-/// turned into a rollback (SQLITE_CONSTRAINT_COMMITHOOK). This is how every
-/// committed change is guaranteed a sequence number.
-int gs_capture_create(sqlite3 *db, const char *ignored_prefix, int options,
+int gs_capture_create(sqlite3 *db, int options,
                       gs_capture_t *_Nullable *_Nonnull out);
 
-/// Uninstalls the hooks and frees the capture. Call before sqlite3_close.
+/// Uninstalls the hook (if it is still the capture's) and frees the
+/// capture. Call before sqlite3_close.
 void gs_capture_close(gs_capture_t *_Nullable capture);
 
-/// The hook the capture runs on.
-gs_hook_kind gs_capture_hook_kind(const gs_capture_t *capture);
+/// Adds a table-name prefix that is never captured. Call before any row is
+/// captured.
+int gs_capture_ignore_prefix(gs_capture_t *capture, const char *prefix);
 
-/// Number of row changes buffered in the open transaction.
-size_t gs_capture_pending_count(const gs_capture_t *capture);
+/// Adds a table that is never captured (by exact name, compared by bytes):
+/// e.g. the shadow tables of a full-text index, which SQLite writes while
+/// the transaction commits.
+int gs_capture_ignore_table(gs_capture_t *capture, const char *table);
 
-/// Lets the next commit through although it changed rows. Call once the
-/// transaction has written its sequence number, right before COMMIT.
-void gs_capture_allow_commit(gs_capture_t *capture);
+/// Nonzero if the capture runs on the pre-update hook.
+int gs_capture_uses_preupdate_hook(const gs_capture_t *capture);
 
-/// After a successful COMMIT: the committed row changes, valid until the
-/// next call to gs_capture_take_committed, gs_capture_reset or close.
-/// Returns the number of changes; `*rows` points at them.
-size_t gs_capture_take_committed(gs_capture_t *capture,
-                                 const gs_row_change *_Nullable *_Nonnull rows);
+/// Nonzero if the pre-update hook installed on the connection is still the
+/// capture's; another party (a GRDB built with SQLITE_ENABLE_PREUPDATE_HOOK,
+/// the session extension) may have replaced it, and then rows were missed.
+int gs_capture_hook_intact(const gs_capture_t *capture);
 
-/// The name of the table with index `table`. Indexes stay valid for the
-/// capture's life.
+/// Records a row change seen by other means (the fallback without the
+/// pre-update hook). `sqlite_op` is SQLITE_INSERT, SQLITE_UPDATE or
+/// SQLITE_DELETE; `db_name` the schema ("main").
+void gs_capture_record(gs_capture_t *capture, int sqlite_op,
+                       const char *db_name, const char *table, int64_t rowid);
+
+/// Marks `table` as changed in a way rows cannot name: any of its rows may
+/// have changed in the open transaction.
+void gs_capture_invalidate(gs_capture_t *capture, const char *table);
+
+/// Rows a transaction may hold before its largest tables are reported as
+/// invalidated instead (their rows are dropped; memory stays bounded).
+/// 0 means no budget.
+void gs_capture_set_row_budget(gs_capture_t *capture, size_t budget);
+
+/// The rows captured in the open transaction, in the order they changed.
+/// Valid until the next row is captured or the transaction ends.
+size_t gs_capture_pending(const gs_capture_t *capture,
+                          const gs_row_change *_Nullable *_Nonnull rows);
+
+/// Nonzero if `table` (an index) is invalidated in the open transaction.
+int gs_capture_table_invalidated(const gs_capture_t *capture, uint32_t table);
+
+/// Nonzero if the open transaction changed anything captured: rows or
+/// invalidated tables.
+int gs_capture_has_changes(const gs_capture_t *capture);
+
+/// The number of interned table names; indexes below it are valid.
+uint32_t gs_capture_table_count(const gs_capture_t *capture);
+
+/// The name of the table with index `table` (NUL-terminated bytes, as
+/// SQLite gave them). Indexes stay valid for the capture's life.
 const char *_Nullable gs_capture_table_name(const gs_capture_t *capture,
                                             uint32_t table);
 
-/// Drops everything buffered (pending and committed).
-void gs_capture_reset(gs_capture_t *capture);
+/// Declares that what the open transaction captured so far has its
+/// sequence number. Rows captured after this call are unsequenced again.
+void gs_capture_mark_sequenced(gs_capture_t *capture);
 
-/// Nonzero if memory ran out while capturing the open transaction. Its
-/// commit is refused (so nothing commits unreported) until it rolls back.
+/// To call when the transaction is about to commit: 0 to let it commit, or
+/// GS_CAPTURE_UNSEQUENCED / GS_CAPTURE_OVERFLOWED to refuse it.
+int gs_capture_will_commit(const gs_capture_t *capture);
+
+/// To call once the transaction committed or rolled back: drops what it
+/// captured.
+void gs_capture_did_commit(gs_capture_t *capture);
+void gs_capture_did_rollback(gs_capture_t *capture);
+
+/// Nonzero if memory ran out while capturing the open transaction.
 int gs_capture_overflowed(const gs_capture_t *capture);
 
 // MARK: Watcher
@@ -142,6 +183,9 @@ enum {
   GS_EVENT_RESCAN = 4,
   /// The watch failed (`status` holds the uv error); it stays registered.
   GS_EVENT_ERROR = 8,
+  /// The rescan timer fired but the folder has not changed since the last
+  /// GS_EVENT_RESCAN: nothing to list, a moment for other periodic checks.
+  GS_EVENT_TICK = 16,
 };
 
 /// Called on the watcher's thread for every event of a watch. `filename` is

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 @testable import GroupSync
 import Synchronization
 import Testing
@@ -23,7 +24,7 @@ struct CLITests {
   /// The store's rows, read through the library.
   static func count(_ directory: String, _ table: String = "items") throws -> Int64? {
     let group = try GroupFolder(path: directory, create: false)
-    return try group.store.read { try $0.scalar("SELECT count(*) FROM \(table)") }?.int64
+    return try group.store.read { try Int64.fetchOne($0, sql: "SELECT count(*) FROM \(table)") }
   }
 
   // MARK: init, exec, status
@@ -40,12 +41,12 @@ struct CLITests {
     #expect(FileManager.default.fileExists(atPath: directory + "/store.sqlite"))
 
     let group = try GroupFolder(path: directory, create: false)
-    let tables = try group.store.read {
-      try $0.rows("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'groupsync%' ORDER BY name")
-    }.compactMap { $0.first?.string }
+    let tables = try await group.store.read {
+      try String.fetchAll($0, sql: "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'groupsync%' ORDER BY name")
+    }
     #expect(tables == ["items", "tags"])
     #expect(result.stdout.contains(group.store.storeID.uuidString), "init names the store")
-    #expect(try group.store.currentSequence() == 0, "a schema without rows commits no change set")
+    #expect(try group.store.currentSequence() == 1, "a schema is told as one change set")
   }
 
   @Test func execPrintsTheCommittedSequence() async throws {
@@ -54,22 +55,22 @@ struct CLITests {
 
     let first = try await ProcessHarness.run(["exec", directory, "INSERT INTO items(body) VALUES ('a'), ('b')"])
     #expect(first.status == 0, "\(first.stderr)")
-    #expect(Self.lines(first.stdout) == ["committed sequence 1: 2 inserted, 0 updated, 0 deleted"])
+    #expect(Self.lines(first.stdout) == ["committed sequence 2: 2 inserted, 0 updated, 0 deleted"])
 
     let second = try await ProcessHarness.run([
       "exec", directory, "UPDATE items SET body = 'c' WHERE id = 1", "DELETE FROM items WHERE id = 2",
       "INSERT INTO tags(name, uses) VALUES ('t', 1)",
     ])
     #expect(second.status == 0, "\(second.stderr)")
-    #expect(Self.lines(second.stdout) == ["committed sequence 2: 0 inserted, 1 updated, 1 deleted, tables invalidated: tags"])
+    #expect(Self.lines(second.stdout) == ["committed sequence 3: 0 inserted, 1 updated, 1 deleted, tables invalidated: tags"])
 
     let read = try await ProcessHarness.run(["exec", directory, "SELECT id, body FROM items"])
     #expect(read.status == 0)
     #expect(Self.lines(read.stdout) == ["1\t'c'", "committed; no rows changed"])
 
     let json = try await ProcessHarness.exec(directory, repeat: 2, ["INSERT INTO items(body) VALUES ('d')"])
-    #expect(json.map(\.seq) == [3, 4])
-    #expect(try await ProcessHarness.status(directory).sequence == 4)
+    #expect(json.map(\.seq) == [4, 5])
+    #expect(try await ProcessHarness.status(directory).sequence == 5)
   }
 
   @Test func statusShowsTheStoreTheSequenceAndEachListener() async throws {
@@ -99,14 +100,14 @@ struct CLITests {
     #expect(text.status == 0, "\(text.stderr)")
     let lines = Self.lines(text.stdout)
     #expect(lines.contains("store:    \(group.store.storeID.uuidString)"), "\(lines)")
-    #expect(lines.contains("sequence: 2"), "\(lines)")
+    #expect(lines.contains("sequence: 3"), "\(lines)")
     #expect(lines.contains("listener  gone: dead, backlog 2"), "\(lines)")
     #expect(lines.contains("listener  idle: live (pid \(getpid())), backlog 2"), "\(lines)")
     #expect(lines.contains("listener  watcher: live (pid \(watch.process.processIdentifier)), backlog 0"), "\(lines)")
 
     let status = try await ProcessHarness.status(directory)
     #expect(status.storeID == group.store.storeID)
-    #expect(status.sequence == 2)
+    #expect(status.sequence == 3)
     #expect(status.path == group.path)
     #expect(status.listeners.map(\.name) == ["gone", "idle", "watcher"])
     #expect(status.listeners.map(\.isLive) == [false, true, true])
@@ -166,14 +167,14 @@ struct CLITests {
     Self.expectOneErrorLine(missingTable, mentioning: "nowhere")
 
     let status = try await ProcessHarness.status(directory)
-    #expect(status.sequence == 1, "no sequence number was used")
+    #expect(status.sequence == 2, "no sequence number was used")
     #expect(status.listeners.first { $0.name == "idle" }?.backlog == 0, "nothing was published")
-    let rows = try group.store.read { try $0.rows("SELECT id, body FROM items ORDER BY id") }
-    #expect(rows == [[.integer(1), .text("kept")]], "the store is unchanged")
+    let rows = try group.store.read { try Row.fetchAll($0, sql: "SELECT id, body FROM items ORDER BY id") }
+    #expect(rows == [["id": 1, "body": "kept"]], "the store is unchanged")
 
     // The store still takes writes.
     let after = try await ProcessHarness.exec(directory, ["INSERT INTO items(body) VALUES ('next')"])
-    #expect(after.map(\.seq) == [2])
+    #expect(after.map(\.seq) == [3])
   }
 
   @Test func aNameInUseByALiveWatchIsAnError() async throws {
@@ -238,7 +239,7 @@ struct CLITests {
     #expect(try await ProcessHarness.exitsOnItsOwn(watch))
     let result = try await ProcessHarness.finish(watch)
     #expect(result.status == 0)
-    #expect(Self.lines(result.stdout) == ["#1", "  inserted: \(written[0].inserted[0])", "  invalidated: \(written[0].invalidatedTables[0])"])
+    #expect(Self.lines(result.stdout) == ["#\(written[0].seq)", "  inserted: \(written[0].inserted[0])", "  invalidated: \(written[0].invalidatedTables[0])"])
   }
 
   @Test(arguments: [SIGTERM, SIGINT])

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import Testing
 
 @testable import GroupSync
@@ -6,20 +7,22 @@ import Testing
 /// The C capture's edge cases, seen through the change sets a store
 /// produces, on both hooks.
 @Suite(.serialized) struct CaptureTests {
-  static let hooks = [false, true]  // forceUpdateHook
+  static let hooks = [false, true]  // captureWithoutPreUpdateHook
 
   let folder: TemporaryFolder
 
   init() throws { folder = try TemporaryFolder() }
 
   func makeGroup(forceUpdateHook: Bool = false, _ schema: String) throws -> GroupFolder {
-    let group = try GroupFolder(path: folder.child(UUID().uuidString), forceUpdateHook: forceUpdateHook)
-    try group.store.write { try $0.execute(schema) }
+    var options = StoreOptions()
+    options.captureWithoutPreUpdateHook = forceUpdateHook
+    let group = try GroupFolder(path: folder.child(UUID().uuidString), options: options)
+    try group.store.write { try $0.execute(sql: schema) }
     return group
   }
 
   func commit(_ group: GroupFolder, _ sql: String) throws -> ChangeSet? {
-    try group.store.writeAndReturnChangeSet { try $0.execute(sql) }.changeSet
+    try group.store.writeAndReturnChangeSet { try $0.execute(sql: sql) }.changeSet
   }
 
   func ids(_ group: GroupFolder, _ table: String, _ rowIDs: [Int64]) -> Set<ObjectID> {
@@ -56,12 +59,12 @@ import Testing
     struct Abort: Error {}
     #expect(throws: Abort.self) {
       try group.store.write { db in
-        try db.execute("INSERT INTO t VALUES (1)")
+        try db.execute(sql: "INSERT INTO t VALUES (1)")
         throw Abort()
       }
     }
     #expect(try group.store.currentSequence() == before)
-    #expect(try group.store.read { try $0.scalar("SELECT count(*) FROM t") } == .integer(0))
+    #expect(try group.store.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") } == 0)
     // The next transaction reports only its own row.
     let changes = try #require(try commit(group, "INSERT INTO t(rowid, x) VALUES (5, 5)"))
     #expect(changes.sequence == before + 1)
@@ -94,7 +97,8 @@ import Testing
       """))
     #expect(changes.inserted.isSuperset(of: ids(group, "t", [3])))
     // Rows 1 and 2 are unchanged in the store; naming them is allowed.
-    #expect(try group.store.read { try $0.rows("SELECT rowid, x FROM t ORDER BY rowid") } == [[1, "a"], [3, "c"]])
+    let rows = try group.store.read { try Row.fetchAll($0, sql: "SELECT rowid, x FROM t ORDER BY rowid") }
+    #expect(rows == [["rowid": 1, "x": "a"], ["rowid": 3, "x": "c"]])
   }
 
   @Test func releasedSavepointChangesAreReported() throws {
@@ -151,7 +155,7 @@ import Testing
     let group = try makeGroup(schema)
     let changes = try #require(try commit(group, (0..<count).map { "INSERT INTO t\($0)(rowid, x) VALUES (\($0 + 1), 1)" }.joined(separator: ";")))
     #expect(changes.tables.count == count)
-    for index in 0..<count { #expect(changes.tables["t\(index)"]?.inserted == [Int64(index + 1)]) }
+    for index in 0..<count { #expect(changes.tables[TableName("t\(index)")]?.inserted == [Int64(index + 1)]) }
   }
 
   @Test func tableNamesThatNeedPercentEncoding() throws {
@@ -185,10 +189,10 @@ import Testing
   @Test func aCommitInsideTheClosureIsRefused() throws {
     let group = try makeGroup("CREATE TABLE t(x)")
     let before = try group.store.currentSequence()
-    #expect(throws: SQLiteError.self) {
-      try group.store.write { try $0.execute("INSERT INTO t VALUES (1); COMMIT") }
+    #expect(throws: GroupSyncError.self) {
+      try group.store.write { try $0.execute(sql: "INSERT INTO t VALUES (1); COMMIT") }
     }
-    #expect(try group.store.read { try $0.scalar("SELECT count(*) FROM t") } == .integer(0))
+    #expect(try group.store.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") } == 0)
     #expect(try group.store.currentSequence() == before)
     // The store still works afterwards.
     #expect(try commit(group, "INSERT INTO t VALUES (2)") != nil)
@@ -198,11 +202,11 @@ import Testing
     let group = try makeGroup("CREATE TABLE t(x)")
     let before = try group.store.currentSequence()
     #expect {
-      try group.store.write { try $0.execute("INSERT INTO t VALUES (1); INSERT INTO nope VALUES (2)") }
+      try group.store.write { try $0.execute(sql: "INSERT INTO t VALUES (1); INSERT INTO nope VALUES (2)") }
     } throws: { error in
-      (error as? SQLiteError)?.message.contains("no such table: nope") == true
+      (error as? DatabaseError)?.message?.contains("no such table: nope") == true
     }
-    #expect(try group.store.read { try $0.scalar("SELECT count(*) FROM t") } == .integer(0))
+    #expect(try group.store.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") } == 0)
     #expect(try group.store.currentSequence() == before)
   }
 

@@ -15,15 +15,9 @@ struct ListenerTests {
     CREATE TABLE tags(name TEXT PRIMARY KEY, uses INTEGER NOT NULL) WITHOUT ROWID;
     """
 
-  static let insert = ["INSERT INTO items(body) VALUES ('x')"]
-
-  /// A short grace period, so that gaps turn into resets quickly.
-  static var options: ListenerOptions {
-    var options = ListenerOptions()
-    options.gracePeriod = .milliseconds(200)
-    options.rescanInterval = .milliseconds(200)
-    return options
-  }
+  static let insert = ListenerFixture.insert
+  /// A short grace period, so that gaps are answered quickly.
+  static var options: ListenerOptions { ListenerFixture.options }
 
   // MARK: Dead and restarted listeners
 
@@ -130,13 +124,17 @@ struct ListenerTests {
       let foreign = ChangeSetEncoding.encode(craftedChangeSet(store: UUID(), sequence: next))
       try ProcessHarness.placeAtomically(foreign, at: path, staging: staging)
     case .version99:
-      let text = String(decoding: valid, as: UTF8.self)
-      try #require(text.contains("\"version\":1"))
-      let bumped = text.replacingOccurrences(of: "\"version\":1", with: "\"version\":99")
-      try ProcessHarness.placeAtomically(Array(bumped.utf8), at: path, staging: staging)
+      var bumped = valid
+      bumped[4] = 99  // the version byte
+      try ProcessHarness.placeAtomically(bumped, at: path, staging: staging)
     case .oversized:
-      // Valid JSON, only too large.
-      let padded = valid + [UInt8](repeating: UInt8(ascii: " "), count: 4 * BadEntry.maximumFileSize)
+      // Valid, only too large: a note of 4 KiB.
+      var large = craftedChangeSet(store: store, sequence: next)
+      large = ChangeSet(
+        storeID: large.storeID, sequence: large.sequence, committedAtNanoseconds: large.committedAtNanoseconds,
+        writerProcessID: large.writerProcessID, tables: large.tables, invalidatedTableNames: [],
+        notes: [ChangeSetNote(name: "padding", payload: [UInt8](repeating: 0, count: 4 * BadEntry.maximumFileSize))])
+      let padded = ChangeSetEncoding.encode(large)
       _ = try ChangeSetEncoding.decode(padded)
       try ProcessHarness.placeAtomically(padded, at: path, staging: staging)
     case .unknownTable:
@@ -169,7 +167,7 @@ struct ListenerTests {
     let listener = try group.listen(as: "victim", options: options)
     defer { listener.close() }
     let start = listener.startSequence
-    #expect(start == 1)
+    #expect(start == 2)
     let inbox = group.layout.inbox("victim")
 
     let path = try Self.place(entry, inbox: inbox, next: start + 1, store: group.store.storeID, staging: folder.path)
@@ -189,7 +187,7 @@ struct ListenerTests {
     try #require(written.count == 1 && written[0].seq == start + 1)
     let changeSet = try await ListenerHarness.nextChanges(listener)
     #expect(ChangeSetLine(changeSet) == written[0])
-    #expect(try group.store.read { try $0.scalar("SELECT count(*) FROM items") }?.int64 == 2, "nothing in the store is lost")
+    #expect(try await group.store.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM items") } == 2, "nothing in the store is lost")
   }
 
   @Test func anOverflowingInboxBecomesAResetAndDeliveryGoesOn() async throws {

@@ -180,9 +180,9 @@ struct MultiProcessTests {
     var expected: [ChangeSetLine] = []
     var own: [ChangeSet] = []
     for round in 1...3 {
-      let (_, mine) = try group.store.writeAndReturnChangeSet { db in
-        try db.execute("INSERT INTO items(w) VALUES ('self')")
-        try db.execute("UPDATE items SET n = n + 1 WHERE id = 1")
+      let (_, mine) = try await group.store.writeAndReturnChangeSet { db in
+        try db.execute(sql: "INSERT INTO items(w) VALUES ('self')")
+        try db.execute(sql: "UPDATE items SET n = n + 1 WHERE id = 1")
       }
       let changeSet = try #require(mine)
       own.append(changeSet)

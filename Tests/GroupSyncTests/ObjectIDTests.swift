@@ -7,7 +7,8 @@ import Testing
   let store = UUID(uuidString: "6F9619FF-8B86-D011-B42D-00C04FC964FF")!
 
   @Test(arguments: [
-    "notes", "order items", "a/b", "100%", "naïve", "日本語", "x?y#z", "%41", "semi;colon", "tab\tname", "~._-",
+    "notes", "order items", "a/b", "100%", "naïve", "日本語", "x?y#z", "%41", "semi;colon", "tab\tname", "~._-", "",
+    "café", "cafe\u{301}",
   ])
   func roundTripsAnyTableName(_ table: String) throws {
     let id = ObjectID(storeID: store, table: table, rowID: 42)
@@ -33,7 +34,6 @@ import Testing
     ("x-groupsync://not-a-uuid/t/p1", "is not a store UUID"),
     ("x-groupsync://6F9619FF-8B86-D011-B42D-00C04FC964FF", "expected"),
     ("x-groupsync://6F9619FF-8B86-D011-B42D-00C04FC964FF/t/p1/x", "expected"),
-    ("x-groupsync://6F9619FF-8B86-D011-B42D-00C04FC964FF//p1", "table name"),
     ("x-groupsync://6F9619FF-8B86-D011-B42D-00C04FC964FF/a b/p1", "table name"),
     ("x-groupsync://6F9619FF-8B86-D011-B42D-00C04FC964FF/%ZZ/p1", "table name"),
     ("x-groupsync://6F9619FF-8B86-D011-B42D-00C04FC964FF/%FF/p1", "table name"),
@@ -61,5 +61,15 @@ import Testing
   @Test func acceptsLowercaseEscapesAndUUIDs() throws {
     let id = try ObjectID(uri: "x-groupsync://6f9619ff-8b86-d011-b42d-00c04fc964ff/a%2fb/p3")
     #expect(id == ObjectID(storeID: store, table: "a/b", rowID: 3))
+  }
+
+  @Test func namesEqualOnlyUnderUnicodeEquivalenceAreTwoTables() throws {
+    let nfc = ObjectID(storeID: store, table: "café", rowID: 1)
+    let nfd = ObjectID(storeID: store, table: "cafe\u{301}", rowID: 1)
+    #expect(nfc != nfd)
+    #expect(Set([nfc, nfd]).count == 2)
+    #expect(nfc.uri != nfd.uri)
+    #expect(try ObjectID(uri: nfd.uri) == nfd)
+    #expect(try ObjectID(uri: "x-groupsync://6F9619FF-8B86-D011-B42D-00C04FC964FF//p1").table == "")
   }
 }

@@ -1,8 +1,9 @@
+import Foundation
+import Logging
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
-import Logging
-import Synchronization
 
 /// Delivers a committed change set to every live listener of a group.
 ///
@@ -10,112 +11,227 @@ import Synchronization
 /// listener's inbox, the last one by rename: each name appears complete,
 /// in one step. Listeners of the writer's own process get the change set
 /// in memory instead: a process never reads its own change sets back from
-/// disk.
+/// disk. Every folder is reached through descriptors opened without
+/// following symlinks (``SafeDirectory``) and checked again before each
+/// delivery, so a folder replaced or moved away is never written into.
 final class FanOut: Sendable {
-  let layout: GroupLayout
-  /// Open lock files of the listeners seen so far, so that probing one
-  /// costs two flock calls rather than an open and a close as well.
-  private let locks = Mutex<[String: LockProbe]>([:])
+  private let root: SafeDirectory
+  private let rootPath: String
   /// Makes temporary names unique to this process and this FanOut.
   private let token = UInt32.random(in: 0...UInt32.max)
 
-  init(layout: GroupLayout) {
-    self.layout = layout
+  private struct Folders {
+    var listeners: SafeDirectory?
+    var tmp: SafeDirectory?
+    /// The last listing of `listeners/`, and the folder's times then.
+    var targets: [String: Target] = [:]
+    var listedChange: (mtime: timespec, ctime: timespec)?
+    var lastTmpSweep: ContinuousClock.Instant?
   }
 
-  deinit {
-    locks.withLock { $0.values.forEach { System.close($0.fd) } }
+  /// One listener's folders, opened once and checked before each use.
+  private struct Target {
+    var folder: SafeDirectory?
+    var inbox: SafeDirectory?
+    var lock: FileDescriptor?
   }
 
-  func deliver(_ changeSet: ChangeSet) {
-    let local = LocalListeners.shared.listeners(in: layout.root)
+  private let folders = Locked(Folders())
+
+  /// Temporary files older than this, of a writer that is gone, are removed.
+  static let staleTemporaryAge: Double = 300
+  private static let tmpSweepInterval: Duration = .seconds(60)
+
+  init(root: SafeDirectory) {
+    self.root = root
+    rootPath = root.path
+  }
+
+  /// Delivers `changeSet` (encoded as `bytes`) and says which live
+  /// listeners did not get it; they fill the gap from the store's history.
+  func deliver(_ changeSet: ChangeSet, encoded bytes: [UInt8]) -> [PublishFailure] {
+    let local = LocalListeners.shared.listeners(in: rootPath)
     for listener in local { listener.receiveInProcess(changeSet) }
-    let entries: [(name: String, inode: UInt64)]
-    do {
-      entries = try System.listDirectoryEntries(layout.listeners)
-    } catch {
-      Logger.groupSync.error("cannot list listeners: \(error)")
-      return
-    }
     let localNames = Set(local.map(\.name))
-    var targets: [(name: String, inbox: String)] = []
-    locks.withLock { locks in
-      for (name, inode) in entries where !localNames.contains(name) && GroupLayout.isValidListenerName(name) {
-        // A dead listener is skipped: its inbox does not grow.
-        if let probe = liveProbe(name, folderInode: inode, cache: &locks) {
-          targets.append((name, probe.inboxPrefix))
+    return folders.withLock { folders in
+      var failures: [PublishFailure] = []
+      let targets: [(name: String, inbox: SafeDirectory)]
+      do {
+        targets = try liveTargets(&folders, excluding: localNames, failures: &failures)
+      } catch {
+        return [PublishFailure(listener: nil, error: error)]
+      }
+      sweepTemporaryFiles(&folders)
+      guard !targets.isEmpty else { return failures }
+      let fileName = GroupLayout.fileName(sequence: changeSet.sequence)
+      let tmpName = "\(fileName).\(System.processID).\(token).tmp"
+      guard let tmp = try? tmpFolder(&folders) else {
+        return failures + targets.map { PublishFailure(listener: $0.name, error: GroupSyncError.unsafeEntry(
+          path: rootPath + "/tmp", reason: "it cannot be opened as a folder")) }
+      }
+      do {
+        try write(bytes, named: tmpName, in: tmp)
+      } catch {
+        tmp.remove(tmpName)
+        Logger.groupSync.error("cannot publish change set \(changeSet.sequence): \(error)")
+        return failures + [PublishFailure(listener: nil, error: error)]
+      }
+      var renamed = false
+      for (index, target) in targets.enumerated() {
+        // The last inbox takes the temporary name itself.
+        let isLast = index == targets.count - 1
+        let result = isLast
+          ? renameat(tmp.descriptor.rawValue, tmpName, target.inbox.descriptor.rawValue, fileName)
+          : linkat(tmp.descriptor.rawValue, tmpName, target.inbox.descriptor.rawValue, fileName, 0)
+        if result == 0 {
+          renamed = isLast
+        } else if errno != ENOENT {  // ENOENT: the listener went away meanwhile
+          let error = GroupSyncError.system(
+            call: isLast ? "renameat" : "linkat", path: target.inbox.path + "/" + fileName, errno: errno)
+          Logger.groupSync.error("cannot deliver change set \(changeSet.sequence) to '\(target.name)': \(error)")
+          failures.append(PublishFailure(listener: target.name, error: error))
+          folders.targets[target.name] = nil  // opened anew next time
         }
       }
-      // Forget listener folders that are gone.
-      if locks.count > entries.count {
-        let present = Set(entries.map(\.name))
-        for (name, probe) in locks where !present.contains(name) {
-          System.close(probe.fd)
-          locks[name] = nil
-        }
-      }
+      if !renamed { tmp.remove(tmpName) }
+      return failures
     }
-    guard !targets.isEmpty else { return }
-    let fileName = GroupLayout.fileName(sequence: changeSet.sequence)
-    let tmpPath = "\(layout.tmp)/\(fileName).\(System.processID).\(token).tmp"
+  }
+
+  // MARK: Folders
+
+  private func listenersFolder(_ folders: inout Folders) throws -> SafeDirectory {
+    if let listeners = folders.listeners, listeners.isStill(GroupLayout.listenersFolder, in: root) { return listeners }
+    folders.listeners = nil
+    folders.targets = [:]
+    folders.listedChange = nil
+    let listeners = try root.child(GroupLayout.listenersFolder, create: true)
+    folders.listeners = listeners
+    return listeners
+  }
+
+  private func tmpFolder(_ folders: inout Folders) throws -> SafeDirectory {
+    if let tmp = folders.tmp, tmp.isStill(GroupLayout.tmpFolder, in: root) { return tmp }
+    folders.tmp = nil
     do {
-      try write(ChangeSetEncoding.encode(changeSet), to: tmpPath)
-    } catch {
-      Logger.groupSync.error("cannot publish change set \(changeSet.sequence): \(error)")
-      return
+      folders.tmp = try root.child(GroupLayout.tmpFolder, create: true)
+    } catch GroupSyncError.unsafeEntry(let path, let reason) {
+      // Not a folder of ours: remove the entry itself and make the folder.
+      Logger.groupSync.error("refused '\(path)' (\(reason)); replacing it")
+      root.remove(GroupLayout.tmpFolder)
+      folders.tmp = try root.child(GroupLayout.tmpFolder, create: true)
     }
-    var renamed = false
-    for (index, target) in targets.enumerated() {
-      let destination = target.inbox + fileName
-      // The last inbox takes the temporary name itself.
-      let isLast = index == targets.count - 1
-      let (call, result) = isLast ? ("rename", rename(tmpPath, destination)) : ("link", link(tmpPath, destination))
-      if result == 0 {
-        renamed = isLast
-      } else if errno != ENOENT {  // ENOENT: the listener went away meanwhile
-        let error = GroupSyncError.system(call: call, path: destination, errno: errno)
-        Logger.groupSync.error("cannot deliver change set \(changeSet.sequence) to '\(target.name)': \(error)")
+    return folders.tmp!
+  }
+
+  /// The inboxes of the live listeners, other than this process's own.
+  /// `listeners/` is listed again only when it changed.
+  private func liveTargets(
+    _ folders: inout Folders, excluding localNames: Set<String>, failures: inout [PublishFailure]
+  ) throws -> [(name: String, inbox: SafeDirectory)] {
+    let listeners = try listenersFolder(&folders)
+    let info = try listeners.descriptor.status(path: listeners.path)
+    let change = (mtime: info.st_mtim, ctime: info.st_ctim)
+    // Times are coarse: a folder changed within the last two seconds may
+    // change again without its times moving.
+    var now = timespec()
+    clock_gettime(CLOCK_REALTIME, &now)
+    let recent = info.st_mtim.tv_sec + 2 >= now.tv_sec || info.st_ctim.tv_sec + 2 >= now.tv_sec
+    if recent || folders.listedChange.map({ !Self.same($0.mtime, change.mtime) || !Self.same($0.ctime, change.ctime) })
+      ?? true
+    {
+      var names = Set<String>()
+      try listeners.forEachEntry { bytes in
+        if let name = String(validating: bytes, as: UTF8.self), GroupLayout.isValidListenerName(name) {
+          names.insert(name)
+        }
       }
+      folders.targets = folders.targets.filter { names.contains($0.key) }
+      for name in names where folders.targets[name] == nil { folders.targets[name] = Target() }
+      folders.listedChange = change
     }
-    if !renamed { _ = unlink(tmpPath) }
+    var live: [(name: String, inbox: SafeDirectory)] = []
+    for name in folders.targets.keys.sorted() where !localNames.contains(name) {
+      guard var target = folders.targets[name] else { continue }
+      if let folder = target.folder, !folder.isStill(name, in: listeners) { target = Target() }
+      if target.folder == nil { target.folder = try? listeners.child(name, create: false) }
+      guard let folder = target.folder else {
+        folders.targets[name] = target
+        continue  // being created, removed, or not a folder: not a listener
+      }
+      if target.lock == nil { target.lock = try? folder.openFile(ListenerLock.fileName, O_RDONLY) }
+      // A dead listener is skipped: its inbox does not grow.
+      guard let lock = target.lock, ListenerLock.isHeld(lock) else {
+        if target.lock != nil && folder.identity(of: ListenerLock.fileName) == nil { target.lock = nil }
+        folders.targets[name] = target
+        continue
+      }
+      if let inbox = target.inbox, !inbox.isStill(GroupLayout.inboxFolder, in: folder) { target.inbox = nil }
+      if target.inbox == nil {
+        do {
+          target.inbox = try folder.child(GroupLayout.inboxFolder, create: false)
+        } catch {
+          // The live listener will see its inbox is gone or wrong and
+          // recreate it; this change set it reads from the history.
+          failures.append(PublishFailure(listener: name, error: error))
+        }
+      }
+      folders.targets[name] = target
+      if let inbox = target.inbox { live.append((name, inbox)) }
+    }
+    return live
   }
 
-  /// An open lock file of one listener folder, and its inbox path.
-  private struct LockProbe {
-    let fd: Int32
-    let folderInode: UInt64
-    /// `listeners/NAME/inbox/`, ready for a file name.
-    let inboxPrefix: String
-  }
+  private static func same(_ a: timespec, _ b: timespec) -> Bool { a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec }
 
-  /// The probe of `name` if a live listener holds its lock. A listener
-  /// folder that was replaced (a new inode) gets its lock file opened anew.
-  private func liveProbe(_ name: String, folderInode: UInt64, cache: inout [String: LockProbe]) -> LockProbe? {
-    if let probe = cache[name], probe.folderInode != folderInode {
-      System.close(probe.fd)
-      cache[name] = nil
-    }
-    if cache[name] == nil {
-      let fd = Glibc.open(layout.lockFile(name), O_RDONLY | O_CLOEXEC)
-      guard fd >= 0 else { return nil }  // being created, or not a listener
-      cache[name] = LockProbe(fd: fd, folderInode: folderInode, inboxPrefix: layout.inbox(name) + "/")
-    }
-    let probe = cache[name]!
-    return ListenerLock.isHeld(fd: probe.fd) ? probe : nil
-  }
-
-  private func write(_ bytes: [UInt8], to path: String) throws {
-    var fd = Glibc.open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
-    if fd < 0 && errno == EEXIST {
+  private func write(_ bytes: [UInt8], named name: String, in folder: SafeDirectory) throws {
+    let file: FileDescriptor
+    do {
+      file = try folder.openFile(name, O_WRONLY | O_CREAT | O_EXCL)
+    } catch GroupSyncError.system(_, _, EEXIST) {
       // A leftover of a crashed writer may still be linked into inboxes:
       // replace the name rather than truncate the file behind it.
-      try System.unlinkIfPresent(path)
-      fd = try System.open(path, O_WRONLY | O_CREAT | O_EXCL, 0o644)
-    } else if fd < 0 {
-      throw GroupSyncError.system(call: "open", path: path, errno: errno)
+      folder.remove(name)
+      file = try folder.openFile(name, O_WRONLY | O_CREAT | O_EXCL)
     }
-    defer { System.close(fd) }
-    try bytes.withUnsafeBytes { try System.writeAll(fd, $0, path: path) }
+    try bytes.withUnsafeBytes { try System.writeAll(file.rawValue, $0, path: folder.path + "/" + name) }
+  }
+
+  /// Removes files of `tmp/` left by writers that died mid-publish (or
+  /// planted there) once they are a few minutes old; at most once a minute.
+  private func sweepTemporaryFiles(_ folders: inout Folders) {
+    let now = ContinuousClock.now
+    if let last = folders.lastTmpSweep, now - last < Self.tmpSweepInterval { return }
+    folders.lastTmpSweep = now
+    guard let tmp = try? tmpFolder(&folders) else { return }
+    let cutoff = Date().timeIntervalSince1970 - Self.staleTemporaryAge
+    try? tmp.forEachEntry { name in
+      guard let info = tmp.status(of: name) else { return }
+      let modified = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
+      guard modified < cutoff, !Self.isFromLiveWriter(name) else { return }
+      tmp.remove(name)
+    }
+  }
+
+  /// Whether a temporary name (`SEQ.changeset.PID.TOKEN.tmp`) is of a
+  /// process that is still running.
+  private static func isFromLiveWriter(_ name: UnsafeBufferPointer<UInt8>) -> Bool {
+    let parts = name.split(separator: UInt8(ascii: "."))
+    guard parts.count == 5, let pid = Int32(String(decoding: parts[2], as: UTF8.self)), pid > 0 else { return false }
+    return kill(pid, 0) == 0 || errno == EPERM
+  }
+}
+
+/// A live listener a committed change set could not be delivered to: it
+/// reads that change set from the store's history instead.
+public struct PublishFailure: Error, Sendable, CustomStringConvertible {
+  /// The listener, or nil when the file could not be written at all.
+  public let listener: String?
+  /// What went wrong.
+  public let error: any Error
+
+  public var description: String {
+    "\(listener.map { "listener '\($0)'" } ?? "every listener"): \(error)"
   }
 }
 
@@ -124,7 +240,7 @@ final class FanOut: Sendable {
 final class LocalListeners: Sendable {
   static let shared = LocalListeners()
 
-  private let entries = Mutex<[String: [ObjectIdentifier: WeakListener]]>([:])
+  private let entries = Locked<[String: [ObjectIdentifier: WeakListener]]>([:])
 
   private struct WeakListener: @unchecked Sendable {
     weak var listener: Listener?

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 
 /// A folder shared by the processes of a group: the SQLite store, and one
 /// inbox per listening process.
@@ -17,6 +18,10 @@ public final class GroupFolder: Sendable {
   /// The shared store, which publishes every commit to the listeners.
   public let store: Store
   let layout: GroupLayout
+  /// The group folder, open: everything in it is reached from here.
+  let root: SafeDirectory
+  /// Hands notes (defaults changes, notifications) to in-process observers.
+  let noteHub: NoteHub
 
   /// Opens a group folder.
   ///
@@ -24,9 +29,13 @@ public final class GroupFolder: Sendable {
   ///   - path: the folder.
   ///   - create: create the folder and its store if missing; if false, a
   ///     folder without a store throws ``GroupSyncError/notAGroupFolder(_:)``.
-  ///   - forceUpdateHook: capture with SQLite's update hook even where the
-  ///     pre-update hook exists (tests of the fallback).
-  public init(path: String, create: Bool = true, forceUpdateHook: Bool = false) throws {
+  ///   - configuration: GRDB's configuration of the store's pool, which
+  ///     GroupSync extends (busy timeout, `synchronous = NORMAL`).
+  ///   - options: how the store captures changes.
+  public init(
+    path: String, create: Bool = true, configuration: Configuration = Configuration(),
+    options: StoreOptions = StoreOptions()
+  ) throws {
     if create {
       try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
     }
@@ -37,14 +46,29 @@ public final class GroupFolder: Sendable {
     self.path = String(cString: resolved)
     free(resolved)
     layout = GroupLayout(root: self.path)
-    if !create && !FileManager.default.fileExists(atPath: layout.store) {
+    root = try SafeDirectory.root(self.path)
+    var storeInfo = stat()
+    if fstatat(root.descriptor.rawValue, GroupLayout.storeFile, &storeInfo, AT_SYMLINK_NOFOLLOW) == 0 {
+      // SQLite follows symlinks: a store that is not a plain file of the
+      // group folder is refused.
+      guard storeInfo.st_mode & S_IFMT == S_IFREG, UInt64(storeInfo.st_dev) == root.identity.device else {
+        throw GroupSyncError.unsafeEntry(path: layout.store, reason: "the store is not a regular file of the group folder")
+      }
+    } else if !create {
       throw GroupSyncError.notAGroupFolder(path)
     }
-    try System.makeDirectory(layout.tmp)
-    try System.makeDirectory(layout.listeners)
-    store = try Store(path: layout.store, forceUpdateHook: forceUpdateHook)
-    let fanOut = FanOut(layout: layout)
-    store.didCommit = { fanOut.deliver($0) }
+    let fanOut = FanOut(root: root)
+    let root = root
+    store = try Store(
+      path: layout.store, configuration: configuration, options: options,
+      durableFloor: { db in DurableCursor.lowestPlace(root: root, db).map { $0 + 1 } }
+    ) { fanOut.deliver($0, encoded: $1) }
+    let (layout, store) = (layout, store)
+    noteHub = NoteHub {
+      try Listener(
+        root: root, group: layout, name: GroupFolder.ephemeralName(), store: store, options: ListenerOptions(),
+        ephemeral: true, durable: false)
+    }
   }
 
   /// Starts listening under `name`.
@@ -54,26 +78,105 @@ public final class GroupFolder: Sendable {
   ///   folder removed on close.
   /// - Throws: ``GroupSyncError/listenerNameInUse(_:)`` if a live listener
   ///   holds the name, ``GroupSyncError/invalidListenerName(_:)``.
-  public func listen(as name: String? = nil, options: ListenerOptions = ListenerOptions()) throws -> Listener {
+  ///   - durable: keep the listener's place while its process is not
+  ///     running: on the next start it replays, from the store's history,
+  ///     everything committed after the last change set it acknowledged
+  ///     (see ``ListenerOptions/acknowledgement``), then goes on live, with
+  ///     no gap and no duplicate. If retention purged that place meanwhile,
+  ///     its first event is a reset that says the place expired.
+  public func listen(
+    as name: String? = nil, durable: Bool = false, options: ListenerOptions = ListenerOptions()
+  ) throws -> Listener {
+    if durable && name == nil { throw GroupSyncError.invalidListenerName("(a durable listener needs a name)") }
     let ephemeral = name == nil
-    let name = name ?? "p\(System.processID)-\(UUID().uuidString.prefix(8).lowercased())"
-    return try Listener(group: layout, name: name, storeID: store.storeID, options: options, ephemeral: ephemeral)
+    let name = name ?? Self.ephemeralName()
+    return try Listener(
+      root: root, group: layout, name: name, store: store, options: options, ephemeral: ephemeral, durable: durable)
+  }
+
+  /// Forgets a durable listener that is gone for good, so that retention
+  /// no longer keeps history for it: its folder and its place go.
+  /// - Throws: ``GroupSyncError/listenerNameInUse(_:)`` if it is running.
+  public func removeDurableListener(_ name: String) throws {
+    guard GroupLayout.isValidListenerName(name) else { throw GroupSyncError.invalidListenerName(name) }
+    let listeners = try root.child(GroupLayout.listenersFolder, create: true)
+    if let folder = try? listeners.child(name, create: false) {
+      if ListenerLock.isHeld(in: folder) { throw GroupSyncError.listenerNameInUse(name) }
+      listeners.remove(name)
+    }
+    try store.pool.write { db in
+      if try db.tableExists(DurableCursor.table) {
+        try db.execute(sql: "DELETE FROM \(DurableCursor.table) WHERE name = ?", arguments: [name])
+      }
+    }
+  }
+
+  /// A unique listener name for this process, its folder removed on close.
+  static func ephemeralName() -> String {
+    "p\(System.processID)-\(UUID().uuidString.prefix(8).lowercased())"
+  }
+
+  /// The group defaults of one suite (see ``GroupDefaults``).
+  public func defaults(suite: String) throws -> GroupDefaults {
+    try GroupDefaults(suite: suite, store: store, hub: noteHub)
+  }
+
+  /// The group's notification center (see ``GroupNotificationCenter``).
+  public var notifications: GroupNotificationCenter {
+    GroupNotificationCenter(store: store, hub: noteHub)
   }
 
   /// The store and every listener folder, live or dead.
   public func status() throws -> GroupStatus {
     var listeners: [GroupStatus.ListenerStatus] = []
-    for name in try System.listDirectory(layout.listeners).sorted() where GroupLayout.isValidListenerName(name) {
-      let backlog = (try? System.listDirectory(layout.inbox(name)).count) ?? 0
-      let lockPath = layout.lockFile(name)
-      let live = ListenerLock.isHeld(at: lockPath)
+    let listenersFolder = try root.child(GroupLayout.listenersFolder, create: true)
+    var names: [String] = []
+    var lastForeign: ForeignCommit?
+    try listenersFolder.forEachEntry { bytes in
+      if let name = String(validating: bytes, as: UTF8.self), GroupLayout.isValidListenerName(name) { names.append(name) }
+    }
+    for name in names.sorted() {
+      // Never blocks, never follows: a FIFO or symlink planted as a lock
+      // means "not live".
+      guard let folder = try? listenersFolder.child(name, create: false) else { continue }
+      var backlog = 0
+      if let inbox = try? folder.child(GroupLayout.inboxFolder, create: false) {
+        try? inbox.forEachEntry { _ in backlog += 1 }
+      }
+      if let foreign = ForeignCommit.read(in: folder, listener: name),
+        foreign.detectedAtNanoseconds > lastForeign?.detectedAtNanoseconds ?? .min
+      {
+        lastForeign = foreign
+      }
+      let live = ListenerLock.isHeld(in: folder)
+      let place = (try? DurableCursor(file: folder, readOnly: true).read()) ?? nil
       listeners.append(
-        .init(name: name, isLive: live, processID: live ? ListenerLock.recordedProcessID(at: lockPath) : nil,
-              backlog: backlog))
+        .init(name: name, isLive: live, processID: live ? ListenerLock.recordedProcessID(in: folder) : nil,
+              backlog: backlog, acknowledged: place))
+    }
+    let storePlaces = try store.read { db -> [String: Int64] in
+      guard try db.tableExists(DurableCursor.table) else { return [:] }
+      return Dictionary(
+        try Row.fetchAll(db, sql: "SELECT name, acked FROM \(DurableCursor.table)").map { ($0[0], $0[1]) },
+        uniquingKeysWith: { a, _ in a })
+    }
+    listeners = listeners.map { listener in
+      guard listener.acknowledged == nil, let place = storePlaces[listener.name] else { return listener }
+      return .init(
+        name: listener.name, isLive: listener.isLive, processID: listener.processID, backlog: listener.backlog,
+        acknowledged: place)
+    }
+    let history = try store.read { db in
+      try Row.fetchOne(db, sql: """
+        SELECT coalesce(min(seq), 0), coalesce(max(seq), 0), count(*), coalesce(sum(length(payload)), 0)
+        FROM \(StoreState.historyTable)
+        """)!
     }
     return GroupStatus(
-      path: path, storeID: store.storeID, sequence: try store.currentSequence(),
-      usesPreUpdateHook: store.usesPreUpdateHook, listeners: listeners)
+      path: path, storeID: store.storeID, sequence: history[1],
+      usesPreUpdateHook: store.usesPreUpdateHook,
+      history: .init(oldest: history[0], newest: history[1], count: history[2], bytes: history[3]),
+      lastForeignCommit: lastForeign, listeners: listeners)
   }
 }
 
@@ -85,6 +188,8 @@ public struct GroupStatus: Sendable, Codable, Equatable {
     public let processID: Int32?
     /// Change-set files waiting in its inbox.
     public let backlog: Int
+    /// A durable listener's place: the last sequence it acknowledged.
+    public let acknowledged: Int64?
   }
 
   public let path: String
@@ -92,5 +197,18 @@ public struct GroupStatus: Sendable, Codable, Equatable {
   /// The last sequence number committed.
   public let sequence: Int64
   public let usesPreUpdateHook: Bool
+  /// What the store's history holds.
+  public let history: HistoryStatus
+  /// The last commit a listener saw that came without a change set.
+  public let lastForeignCommit: ForeignCommit?
   public let listeners: [ListenerStatus]
+
+  public struct HistoryStatus: Sendable, Codable, Equatable {
+    /// The oldest and newest sequence numbers held (0 when empty).
+    public let oldest: Int64
+    public let newest: Int64
+    public let count: Int64
+    /// The payloads' total size.
+    public let bytes: Int64
+  }
 }

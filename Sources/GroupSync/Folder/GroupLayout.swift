@@ -12,9 +12,14 @@
 struct GroupLayout: Sendable {
   let root: String
 
-  var store: String { root + "/store.sqlite" }
-  var tmp: String { root + "/tmp" }
-  var listeners: String { root + "/listeners" }
+  static let storeFile = "store.sqlite"
+  static let tmpFolder = "tmp"
+  static let listenersFolder = "listeners"
+  static let inboxFolder = "inbox"
+
+  var store: String { root + "/" + Self.storeFile }
+  var tmp: String { root + "/" + Self.tmpFolder }
+  var listeners: String { root + "/" + Self.listenersFolder }
 
   func listenerFolder(_ name: String) -> String { listeners + "/" + name }
   func lockFile(_ name: String) -> String { listenerFolder(name) + "/lock" }
@@ -59,7 +64,8 @@ struct GroupLayout: Sendable {
     return Array(name.utf8).withUnsafeBufferPointer { sequence(inFileNameBuffer: $0) }
   }
 
-  private static func sequence(inFileNameBuffer bytes: UnsafeBufferPointer<UInt8>) -> Int64? {
+  /// The sequence number in a file name given as bytes (see above).
+  static func sequence(inFileNameBuffer bytes: UnsafeBufferPointer<UInt8>) -> Int64? {
     // Int64.max has 19 digits, so the first of the 20 must be 0; the other
     // 19 always fit in UInt64.
     guard bytes.count == fileNameLength, bytes[0] == UInt8(ascii: "0") else { return nil }

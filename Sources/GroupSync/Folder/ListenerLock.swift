@@ -1,73 +1,85 @@
-import Foundation
+import Logging
 import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// The lock a live listener holds on `listeners/NAME/lock` for its whole
-/// life: an exclusive flock on a descriptor opened O_CLOEXEC, so that it
-/// dies with the process and is not inherited by children it spawns.
+/// life: an open-file-description (OFD) write lock on a descriptor opened
+/// `O_CLOEXEC`, so that it dies with the process and is not inherited by
+/// programs it starts. Writers test it with one `F_OFD_GETLK`, which takes
+/// nothing.
+///
+/// The lock file is opened with `O_NOFOLLOW | O_NONBLOCK` relative to the
+/// listener's folder and must be a regular file: a symlink or a FIFO
+/// planted there is removed (the entry itself) and replaced.
 final class ListenerLock: Sendable {
-  private let fd: Int32
-  private let released = Atomic<Bool>(false)
+  private let file = Locked<FileDescriptor?>(nil)
+
+  static let fileName = "lock"
 
   /// Takes the lock, or throws ``GroupSyncError/listenerNameInUse(_:)``.
-  ///
-  /// Writers probe liveness with a brief shared lock, so a failed attempt
-  /// is retried for a moment before the name is declared in use.
-  init(path: String, name: String) throws {
-    let fd = try System.open(path, O_RDWR | O_CREAT, 0o644)
-    var attempts = 0
-    while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+  init(in folder: SafeDirectory, name: String) throws {
+    let lockFile: FileDescriptor
+    do {
+      lockFile = try folder.openFile(Self.fileName, O_RDWR | O_CREAT)
+    } catch GroupSyncError.unsafeEntry(let path, let reason) {
+      Logger.groupSync.error("listener '\(name)': refused '\(path)' (\(reason)); replacing it")
+      folder.remove(Self.fileName)
+      lockFile = try folder.openFile(Self.fileName, O_RDWR | O_CREAT | O_EXCL)
+    }
+    var lock = Self.wholeFile(F_WRLCK)
+    guard fcntl(lockFile.rawValue, Self.setLock, &lock) == 0 else {
       let code = errno
-      guard code == EWOULDBLOCK || code == EINTR else {
-        System.close(fd)
-        throw GroupSyncError.system(call: "flock", path: path, errno: code)
-      }
-      attempts += 1
-      if attempts > 50 {
-        System.close(fd)
-        throw GroupSyncError.listenerNameInUse(name)
-      }
-      usleep(2_000)
+      if code == EAGAIN || code == EACCES { throw GroupSyncError.listenerNameInUse(name) }
+      throw GroupSyncError.system(call: "fcntl(F_OFD_SETLK)", path: folder.path + "/lock", errno: code)
     }
     // Record who holds it, for `groupsync status`.
     let pid = Array("\(System.processID)\n".utf8)
-    _ = ftruncate(fd, 0)
-    _ = pid.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
-    self.fd = fd
+    _ = ftruncate(lockFile.rawValue, 0)
+    _ = pid.withUnsafeBytes { pwrite(lockFile.rawValue, $0.baseAddress, $0.count, 0) }
+    file.withLock { $0 = lockFile }
   }
-
-  deinit { release() }
 
   /// Releases the lock by closing its descriptor; later calls do nothing.
   func release() {
-    if !released.exchange(true, ordering: .acquiringAndReleasing) { System.close(fd) }
+    file.withLock { $0 = nil }
   }
 
-  /// Whether a live listener holds the lock at `path`. A missing or
-  /// unlockable file means no live listener.
-  static func isHeld(at path: String) -> Bool {
-    let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return false }
-    defer { System.close(fd) }
-    return isHeld(fd: fd)
+  /// Whether a live listener holds the lock of the open lock file `fd`,
+  /// asked without taking anything.
+  static func isHeld(_ fd: FileDescriptor) -> Bool {
+    var lock = wholeFile(F_RDLCK)
+    guard fcntl(fd.rawValue, getLock, &lock) == 0 else { return false }
+    return Int32(lock.l_type) != F_UNLCK
   }
 
-  /// Whether a live listener holds the lock of the open lock file `fd`.
-  static func isHeld(fd: Int32) -> Bool {
-    if flock(fd, LOCK_SH | LOCK_NB) == 0 {
-      flock(fd, LOCK_UN)
-      return false
-    }
-    return errno == EWOULDBLOCK
+  /// Whether a live listener holds the lock in `folder` (a listener's
+  /// folder). A missing or unsafe lock file means no live listener.
+  static func isHeld(in folder: SafeDirectory) -> Bool {
+    guard let fd = try? folder.openFile(fileName, O_RDONLY) else { return false }
+    return isHeld(fd)
   }
 
-  /// The process ID written into the lock file, if any.
-  static func recordedProcessID(at path: String) -> Int32? {
-    guard let fd = try? System.open(path, O_RDONLY) else { return nil }
-    defer { System.close(fd) }
-    guard let bytes = try? System.readAll(fd, size: 32, path: path) else { return nil }
-    return Int32(String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+  /// The process ID written into the lock file in `folder`, if any.
+  static func recordedProcessID(in folder: SafeDirectory) -> Int32? {
+    guard let fd = try? folder.openFile(fileName, O_RDONLY),
+      let bytes = try? System.readAll(fd.rawValue, size: 32, path: folder.path + "/lock")
+    else { return nil }
+    return Int32(String(decoding: bytes, as: UTF8.self).filter(\.isNumber))
+  }
+
+  // Linux's OFD lock commands (fcntl.h defines them under _GNU_SOURCE).
+  private static let getLock: Int32 = 36  // F_OFD_GETLK
+  private static let setLock: Int32 = 37  // F_OFD_SETLK
+
+  private static func wholeFile(_ type: Int32) -> flock {
+    var lock = flock()
+    lock.l_type = Int16(type)
+    lock.l_whence = Int16(SEEK_SET)
+    lock.l_start = 0
+    lock.l_len = 0  // to the end, however long
+    lock.l_pid = 0  // required by OFD locks
+    return lock
   }
 }

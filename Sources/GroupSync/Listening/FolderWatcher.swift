@@ -13,6 +13,8 @@ final class FolderWatcher: @unchecked Sendable {
   enum Event: Sendable {
     case entry(String)
     case rescan
+    /// The rescan timer fired on a folder that has not changed.
+    case tick
     case failed(Int32)
   }
 
@@ -21,7 +23,7 @@ final class FolderWatcher: @unchecked Sendable {
   static let shared = FolderWatcher()
 
   private var handle: OpaquePointer?
-  private let handlers = Mutex<[UInt64: Handler]>([:])
+  private let handlers = Locked<[UInt64: Handler]>([:])
 
   private init() {
     let context = Unmanaged.passUnretained(self).toOpaque()
@@ -58,6 +60,8 @@ final class FolderWatcher: @unchecked Sendable {
     guard let handler = handlers.withLock({ $0[id] }) else { return }
     if events & Int32(GS_EVENT_ERROR) != 0 {
       handler(.failed(status))
+    } else if events & Int32(GS_EVENT_TICK) != 0 {
+      handler(.tick)
     } else if let name {
       handler(.entry(String(cString: name)))
     } else {

@@ -13,8 +13,18 @@ public struct Reset: Sendable, Equatable, CustomStringConvertible {
   /// The store's sequence when the reset was decided: every change up to
   /// it is in the store; the next change set delivered is `sequence + 1`.
   public let sequence: Int64
+  /// A durable listener's place was purged from the history while it was
+  /// not running (Core Data's "token expired"): it missed change sets that
+  /// can no longer be told.
+  public let isExpired: Bool
 
-  public var description: String { "reset at \(sequence): \(reason)" }
+  public init(reason: String, sequence: Int64, isExpired: Bool = false) {
+    self.reason = reason
+    self.sequence = sequence
+    self.isExpired = isExpired
+  }
+
+  public var description: String { "reset at \(sequence)\(isExpired ? " (place expired)" : ""): \(reason)" }
 }
 
 /// How a listener behaves.
@@ -27,6 +37,12 @@ public struct ListenerOptions: Sendable {
   public var rescanInterval: Duration = .seconds(1)
   /// Change-set files larger than this are rejected unread.
   public var maximumFileSize: Int = ChangeSetEncoding.defaultMaximumSize
+  /// Change sets of this process waiting in memory, at most, and their
+  /// rows; past either, they are dropped and the listener resets.
+  public var maximumInProcessBacklog: Int = 4096
+  public var maximumInProcessRows: Int = 4_000_000
+  /// When a durable listener's place moves on.
+  public var acknowledgement: Acknowledgement = .automatic
   /// An inbox holding more files than this is cleared with a reset.
   public var maximumBacklog: Int = 1_000_000
   /// Remove the listener's folder when it closes (its inbox is always
@@ -34,4 +50,19 @@ public struct ListenerOptions: Sendable {
   public var removeFolderOnClose: Bool = false
 
   public init() {}
+}
+
+/// When a durable listener acknowledges a change set (its place moves on).
+public enum Acknowledgement: Sendable, Equatable {
+  /// When the consumer asks for the next event, the previous one is
+  /// acknowledged: what was handled is never delivered again, what was not
+  /// is replayed after a crash (at least once, in order).
+  case automatic
+  /// Only by ``Listener/acknowledge(_:)``.
+  case explicit
+  /// Only by ``Listener/acknowledge(_:in:)`` inside the consumer's own
+  /// `store.write`: the place commits with the consumer's changes, so a
+  /// consumer whose state lives in the store handles each change set
+  /// exactly once.
+  case inStore
 }

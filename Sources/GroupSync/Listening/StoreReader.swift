@@ -1,31 +1,58 @@
-import CGroupSync
+import GRDB
 
 /// A listener's own read-only connection to the store: the sequence to
-/// start from or reset to, and the tables a change set may name.
+/// start from or reset to, change sets missing from the inbox (read from
+/// the history), commits made without GroupSync, and the tables a change
+/// set may name.
 ///
 /// Used only by the listener's consuming task.
 final class StoreReader {
-  private let database: Database
+  private let queue: DatabaseQueue
   private let path: String
-  private var knownTables = Set<String>()
+  private var knownTables = Set<TableName>()
 
   init(path: String) throws {
     self.path = path
-    database = try Database(path: path, flags: SQLITE_OPEN_READONLY)
-    sqlite3_busy_timeout(database.sqliteConnection, Store.busyTimeoutMilliseconds)
+    var configuration = Configuration()
+    configuration.readonly = true
+    configuration.busyMode = .timeout(10)
+    queue = try DatabaseQueue(path: path, configuration: configuration)
   }
 
-  deinit { database.close() }
+  func sequence() throws -> Int64 { try queue.read { try StoreState.readSequence($0, path: path) } }
 
-  func sequence() throws -> Int64 { try Store.readSequence(database, path: path) }
+  /// `PRAGMA data_version` (it moves when another connection commits) and
+  /// the last sequence, read together.
+  func dataVersionAndSequence() throws -> (Int64, Int64) {
+    try queue.read { db in
+      (try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA data_version")) ?? 0,
+       try StoreState.readSequence(db, path: path))
+    }
+  }
+
+  /// The history entry of `sequence`, or nil if the history does not hold it.
+  func historyEntry(_ sequence: Int64) throws -> HistoryEntry? {
+    try queue.read { db in
+      try History.entries(after: sequence - 1, limit: 1, path: path, db).first { $0.sequence == sequence }
+    }
+  }
+
+  /// History entries after `sequence`, oldest first.
+  func historyEntries(after sequence: Int64, limit: Int) throws -> [HistoryEntry] {
+    try queue.read { try History.entries(after: sequence, limit: limit, path: path, $0) }
+  }
+
+  func oldestHistorySequence() throws -> Int64? { try queue.read { try History.oldestSequence($0) } }
 
   /// A table the change set names that the store does not have, if any.
   /// The table list is reread only when a name is not in it.
-  func unknownTable(in changeSet: ChangeSet) -> String? {
-    let names = changeSet.tables.keys.lazy.map { $0 } + changeSet.invalidatedTableNames
+  func unknownTable(in changeSet: ChangeSet) -> TableName? {
+    let names = Array(changeSet.tables.keys) + Array(changeSet.invalidatedTableNames)
     guard let missing = names.first(where: { !knownTables.contains($0) }) else { return nil }
-    let rows = (try? database.rows("SELECT name FROM sqlite_schema WHERE type = 'table'")) ?? []
-    knownTables = Set(rows.compactMap { $0.first?.string })
+    let tables: [String] = (try? queue.read { db in
+      try String.fetchAll(db, sql: "SELECT name FROM sqlite_schema WHERE type = 'table'")
+    }) ?? []
+    knownTables = Set(tables.map { TableName($0) })
     if !knownTables.contains(missing) { return missing }
     return names.first { !knownTables.contains($0) }
   }

@@ -8,7 +8,7 @@ import Foundation
 ///
 /// ```swift
 /// for id in changeSet.updated where id.table == "notes" {
-///   cache[id] = try store.read { try $0.rows("SELECT body FROM notes WHERE rowid = ?", [.integer(id.rowID)]) }
+///   cache[id] = try store.read { try Note.fetchOne($0, key: id.rowID) }
 /// }
 /// ```
 public struct ChangeSet: Sendable, Equatable {
@@ -17,20 +17,25 @@ public struct ChangeSet: Sendable, Equatable {
   /// The transaction's sequence number: gapless, in commit order across
   /// every writer of the store, starting at 1.
   public let sequence: Int64
-  /// When COMMIT returned in the writer, in nanoseconds since 1970 (UTC).
+  /// When the writer was about to COMMIT, in nanoseconds since 1970 (UTC):
+  /// the same in the history, the inbox file and memory.
   public let committedAtNanoseconds: Int64
   /// The writer's process ID (informational).
   public let writerProcessID: Int32
   /// The changed rowids by table name.
-  public let tables: [String: TableChanges]
+  public let tables: [TableName: TableChanges]
   /// Tables whose rows cannot be named (WITHOUT ROWID tables): any of their
   /// rows may have changed.
-  public let invalidatedTableNames: Set<String>
+  public let invalidatedTableNames: Set<TableName>
+  /// The notes the transaction carried (group defaults changes,
+  /// notifications), in the order they were added.
+  public let notes: [ChangeSetNote]
 
   public init(
     storeID: UUID, sequence: Int64, committedAtNanoseconds: Int64, writerProcessID: Int32,
-    tables: [String: TableChanges], invalidatedTableNames: Set<String>
+    tables: [TableName: TableChanges], invalidatedTableNames: Set<TableName>, notes: [ChangeSetNote] = []
   ) {
+    self.notes = notes
     self.storeID = storeID
     self.sequence = sequence
     self.committedAtNanoseconds = committedAtNanoseconds
@@ -47,7 +52,7 @@ public struct ChangeSet: Sendable, Equatable {
   public var deleted: Set<ObjectID> { objectIDs(\.deleted) }
   /// Tables any row of which may have changed.
   public var invalidatedTables: Set<TableID> {
-    Set(invalidatedTableNames.map { TableID(storeID: storeID, table: $0) })
+    Set(invalidatedTableNames.map { TableID(storeID: storeID, table: $0.name) })
   }
 
   /// When COMMIT returned in the writer.
@@ -61,15 +66,15 @@ public struct ChangeSet: Sendable, Equatable {
   /// Whether the change set names `id`, or invalidates its table.
   public func mayHaveChanged(_ id: ObjectID) -> Bool {
     guard id.storeID == storeID else { return false }
-    if invalidatedTableNames.contains(id.table) { return true }
-    return tables[id.table]?.contains(id.rowID) ?? false
+    if invalidatedTableNames.contains(TableName(id.table)) { return true }
+    return tables[TableName(id.table)]?.contains(id.rowID) ?? false
   }
 
   private func objectIDs(_ keyPath: KeyPath<TableChanges, [Int64]>) -> Set<ObjectID> {
     var ids = Set<ObjectID>()
     for (table, changes) in tables {
       for rowID in changes[keyPath: keyPath] {
-        ids.insert(ObjectID(storeID: storeID, table: table, rowID: rowID))
+        ids.insert(ObjectID(storeID: storeID, table: table.name, rowID: rowID))
       }
     }
     return ids

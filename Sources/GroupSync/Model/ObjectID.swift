@@ -41,6 +41,17 @@ public struct ObjectID: Hashable, Sendable, CustomStringConvertible {
   public var tableID: TableID { TableID(storeID: storeID, table: table) }
 
   public var description: String { uri }
+
+  /// Table names compare by their bytes, as SQLite compares them.
+  public static func == (a: ObjectID, b: ObjectID) -> Bool {
+    a.rowID == b.rowID && a.storeID == b.storeID && TableName(a.table) == TableName(b.table)
+  }
+
+  public func hash(into hasher: inout Hasher) {
+    hasher.combine(storeID)
+    hasher.combine(TableName(table))
+    hasher.combine(rowID)
+  }
 }
 
 /// The identity of a whole table, meaning "any row of it may have changed".
@@ -68,6 +79,15 @@ public struct TableID: Hashable, Sendable, CustomStringConvertible {
   public var uri: String { GroupSyncURI.format(storeID, table, nil) }
 
   public var description: String { uri }
+
+  public static func == (a: TableID, b: TableID) -> Bool {
+    a.storeID == b.storeID && TableName(a.table) == TableName(b.table)
+  }
+
+  public func hash(into hasher: inout Hasher) {
+    hasher.combine(storeID)
+    hasher.combine(TableName(table))
+  }
 }
 
 /// Formatting and strict parsing of `x-groupsync:` URIs.
@@ -90,8 +110,9 @@ enum GroupSyncURI {
     guard segments[0].count == 36, let storeID = UUID(uuidString: String(segments[0])) else {
       throw fail("'\(segments[0])' is not a store UUID")
     }
-    guard let table = percentDecode(segments[1]), !table.isEmpty else {
-      throw fail("the table name is empty or not properly percent-encoded")
+    // The empty name is a table name SQLite accepts (`CREATE TABLE ""`).
+    guard let table = percentDecode(segments[1]) else {
+      throw fail("the table name is not properly percent-encoded")
     }
     guard segments.count == 3 else { return (storeID, table, nil) }
     let key = segments[2]

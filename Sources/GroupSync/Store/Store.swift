@@ -1,82 +1,133 @@
 import CGroupSync
 import Foundation
+import GRDB
 import Logging
+import Synchronization
 
-/// The shared SQLite store of a group folder, which captures every row a
-/// transaction changes and publishes the change set after COMMIT.
+/// The shared SQLite store of a group folder: a GRDB `DatabasePool` whose
+/// writer captures every row a transaction changes, and which publishes the
+/// change set to every listener after COMMIT.
 ///
-/// Write through ``write(_:)``: it opens a `BEGIN IMMEDIATE` transaction,
-/// runs the closure, gives the transaction its sequence number, commits,
-/// and hands the change set to every listener. For example:
+/// Read and write with GRDB's API through ``write(_:)`` and ``read(_:)``.
+/// One `write` is one `BEGIN IMMEDIATE` transaction; before it commits it
+/// gets its sequence number, and once it committed its change set goes to
+/// every listener of the group. For example:
 ///
 /// ```swift
+/// struct Note: Codable, FetchableRecord, PersistableRecord {
+///   var id: Int64?
+///   var body: String
+/// }
 /// let group = try GroupFolder(path: "/srv/app/group")
 /// try group.store.write { db in
-///   try db.execute("INSERT INTO notes(body) VALUES (?)", ["Hello"])
+///   try Note(id: nil, body: "Hello").insert(db)
 /// }
+/// let notes = try group.store.read { db in try Note.fetchAll(db) }
 /// ```
 ///
-/// A `Store` is `@unchecked Sendable`: its one connection and the capture
-/// installed on it are only touched while holding `lock`.
-public final class Store: @unchecked Sendable {
+/// Reads run on the pool's reader connections, concurrently with writes,
+/// and never wait for a write's fan-out. ``pool`` serves GRDB APIs that
+/// need a `DatabaseWriter` or `DatabaseReader`, such as
+/// `ValueObservation.start(in:)`; a transaction that changes rows through
+/// `pool.write` directly is refused with
+/// ``GroupSyncError/unsequencedCommit``, because no listener would be told.
+public final class Store: Sendable {
   /// The database file.
   public let path: String
   /// The store's UUID, created once and kept in the store itself.
   public let storeID: UUID
+  /// The GRDB pool: one writer connection and concurrent WAL readers.
+  public let pool: DatabasePool
 
-  private let lock = NSLock()
-  private let database: Database
-  private let capture: ChangeCapture
-  private let noRowIDTables = NoRowIDTableCache()
-  private var isClosed = false
-  /// Called with each committed change set, still under the lock, so that
-  /// publishing follows commit order within this process.
-  var didCommit: (@Sendable (ChangeSet) -> Void)?
+  let observer: CaptureObserver
+  private let publisher: CommitPublisher
+  private let closed = Atomic<Bool>(false)
+  /// Recorded with each change set in the history (Core Data's
+  /// `transactionAuthor`).
+  let author: String
+  /// The lowest sequence a durable listener still needs, for purges.
+  let durableFloor: (@Sendable (Database) -> Int64?)?
 
-  /// The bookkeeping table: one row with the store UUID and the last
-  /// sequence number handed out.
-  static let stateTable = ChangeCapture.internalTablePrefix + "store"
-  static let busyTimeoutMilliseconds: Int32 = 10_000
+  /// `grdb_migrations`, GRDB's record of applied migrations.
+  static let migrationsTable = "grdb_migrations"
+  /// A TEMP table of the writer connection holding the sequence number the
+  /// migration trigger allocated last.
+  static let migrationSequenceTable = "temp.groupsync_migration_sequence"
 
   /// Opens (creating if needed) the store at `path`.
   ///
-  /// - Parameter forceUpdateHook: capture with SQLite's update hook even
-  ///   where the pre-update hook exists (for tests of the fallback).
-  init(path: String, forceUpdateHook: Bool = false) throws {
+  /// - Parameters:
+  ///   - configuration: GRDB's configuration, which GroupSync extends: a
+  ///     busy timeout of 10 s unless one is set, `synchronous = NORMAL`.
+  ///   - publish: delivers a committed change set to the listeners.
+  init(
+    path: String, configuration: Configuration, options: StoreOptions,
+    durableFloor: (@Sendable (Database) -> Int64?)? = nil, publish: @escaping CommitPublisher.Deliver
+  ) throws {
+    self.durableFloor = durableFloor
     self.path = path
-    database = try Database(path: path, flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
-    do {
-      try Self.configure(database)
-      storeID = try Self.setUpState(database, path: path)
-      capture = try ChangeCapture(on: database, forceUpdateHook: forceUpdateHook)
-    } catch {
-      database.close()
-      throw error
+    author = options.author ?? ProcessInfo.processInfo.processName
+    var configuration = configuration
+    if case .immediateError = configuration.busyMode { configuration.busyMode = .timeout(10) }
+    configuration.prepareDatabase { db in
+      if !db.configuration.readonly { try db.execute(sql: "PRAGMA synchronous = NORMAL") }
+    }
+    pool = try DatabasePool(path: path, configuration: configuration)
+    let publisher = CommitPublisher(deliver: publish)
+    self.publisher = publisher
+    // The bookkeeping row is written before the capture exists: it is
+    // GroupSync's own and never reported.
+    let storeID = try pool.write { db in try StoreState.setUp(db, path: path) }
+    self.storeID = storeID
+    observer = try pool.writeWithoutTransaction { db in
+      guard let connection = db.sqliteConnection else { throw GroupSyncError.storeClosed(path: path) }
+      let capture = try ChangeCapture(
+        connection: connection, withoutPreUpdateHook: options.captureWithoutPreUpdateHook,
+        rowBudget: options.rowBudget)
+      let observer = CaptureObserver(capture: capture, storeID: storeID) { changeSet, encoded, claimed in
+        publisher.enqueue(changeSet, encoded: encoded, claimed: claimed)
+      }
+      // Lives as long as the writer connection; GRDB releases it after close.
+      db.add(transactionObserver: observer, extent: .databaseLifetime)
+      return observer
+    }
+    if observer.isFallback {
+      Logger.groupSync.warning(
+        "store \(path): SQLite has no pre-update hook; capturing through GRDB's observer (REPLACE deletes unseen)")
     }
   }
 
   deinit { close() }
 
-  /// Closes the connection. Later calls throw.
+  /// Closes the pool's connections. Later reads and writes throw
+  /// ``GroupSyncError/storeClosed(path:)``.
   public func close() {
-    lock.withLock {
-      guard !isClosed else { return }
-      isClosed = true
-      capture.close()
-      database.close()
+    guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+    do {
+      // GRDB closes only a connection without prepared statements.
+      pool.writeWithoutTransaction { _ in observer.statements.finalize() }
+      try pool.close()
+    } catch {
+      Logger.groupSync.error("closing store \(path): \(error)")
     }
   }
 
-  /// Whether the capture runs on the pre-update hook (else the update hook).
-  public var usesPreUpdateHook: Bool { capture.usesPreUpdateHook }
+  /// Whether the capture runs on SQLite's pre-update hook (else it is fed by
+  /// GRDB's observer, which cannot see rows deleted by REPLACE).
+  public var usesPreUpdateHook: Bool { !observer.isFallback }
+
+  // MARK: Writing
 
   /// Runs `body` in one transaction and publishes what it changed.
   ///
-  /// Errors thrown by `body` roll the transaction back. Do not run BEGIN,
-  /// COMMIT or ROLLBACK inside `body`: a COMMIT of captured changes is
-  /// refused, so that nothing commits without a sequence number.
+  /// Errors thrown by `body` roll the transaction back. Nest savepoints with
+  /// `db.inSavepoint`; do not COMMIT or ROLLBACK inside `body`. A read
+  /// inside `body` (``read(_:)``) sees the store as of the last commit.
   ///
   /// - Returns: what `body` returned.
+  /// - Throws: what `body` threw, GRDB's `DatabaseError`, or
+  ///   ``GroupSyncError/nestedWrite`` when called inside a transaction of
+  ///   this store.
   @discardableResult
   public func write<T>(_ body: (Database) throws -> T) throws -> T {
     try writeAndReturnChangeSet(body).result
@@ -87,76 +138,141 @@ public final class Store: @unchecked Sendable {
   public func writeAndReturnChangeSet<T>(
     _ body: (Database) throws -> T
   ) throws -> (result: T, changeSet: ChangeSet?) {
-    try lock.withLock {
-      try checkOpen()
-      try database.executeCached("BEGIN IMMEDIATE")
-      let result: T
-      let sequence: Int64?
-      do {
-        result = try body(database)
-        guard database.isInsideTransaction else {
-          throw SQLiteError(code: SQLITE_MISUSE, message: "the write closure ended the transaction itself")
-        }
-        if capture.overflowed {
-          throw SQLiteError(code: SQLITE_NOMEM, message: "out of memory while capturing changed rows")
-        }
-        sequence = capture.hasPendingChanges ? try allocateSequence() : nil
-        if sequence != nil { capture.allowCommit() }
-        try database.executeCached("COMMIT")
-      } catch {
-        capture.reset()
-        if database.isInsideTransaction { try? database.execute("ROLLBACK") }
-        throw error
-      }
-      guard let sequence else { return (result, nil) }
-      let committedAt = Self.nowNanoseconds()
-      let changeSet = makeChangeSet(sequence: sequence, committedAt: committedAt)
-      didCommit?(changeSet)
-      return (result, changeSet)
-    }
+    try checkOpen()
+    // Reentrant on the writer queue, so that a nested call gets a clear
+    // error instead of GRDB's reentrancy trap.
+    let report = try writeAndReport(body)
+    return (report.result, report.changeSet)
   }
 
-  /// Runs `body` with the connection, outside any write transaction.
-  public func read<T>(_ body: (Database) throws -> T) throws -> T {
-    try lock.withLock {
-      try checkOpen()
-      return try body(database)
+  /// Like ``write(_:)``, and also says what was committed and which live
+  /// listeners it could not be delivered to (they read it from the
+  /// history; nothing is lost, but the caller may want to know).
+  public func writeAndReport<T>(_ body: (Database) throws -> T) throws -> WriteReport<T> {
+    try checkOpen()
+    // Reentrant on the writer queue, so that a nested call gets a clear
+    // error instead of GRDB's reentrancy trap.
+    let (result, sequence) = try pool.unsafeReentrantWrite { db in try transaction(db, body) }
+    let outcome = published(sequence)
+    return WriteReport(result: result, changeSet: outcome?.changeSet, publishFailures: outcome?.failures ?? [])
+  }
+
+  /// Runs `body` in one transaction, without blocking the calling thread,
+  /// and publishes what it changed. See ``write(_:)``.
+  @discardableResult
+  public func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    try await writeAndReturnChangeSet(body).result
+  }
+
+  /// Like ``write(_:)-(Database)->T``, and also returns the change set
+  /// published.
+  public func writeAndReturnChangeSet<T: Sendable>(
+    _ body: @escaping @Sendable (Database) throws -> T
+  ) async throws -> (result: T, changeSet: ChangeSet?) {
+    try checkOpen()
+    let (result, sequence) = try await pool.writeWithoutTransaction { db in try self.transaction(db, body) }
+    return (result, published(sequence)?.changeSet)
+  }
+
+  /// Runs `body` outside any transaction, for what cannot run inside one
+  /// (`VACUUM`, `PRAGMA foreign_keys`), then commits one change set that
+  /// invalidates every table: `VACUUM` renumbers the rowids of tables
+  /// without an INTEGER PRIMARY KEY, so no row ID can be trusted.
+  ///
+  /// Statements in `body` that change rows are refused with
+  /// ``GroupSyncError/unsequencedCommit`` (each would commit on its own,
+  /// unannounced): change rows with ``write(_:)``.
+  public func writeWithoutTransaction<T>(_ body: (Database) throws -> T) throws -> (result: T, changeSet: ChangeSet) {
+    try checkOpen()
+    let result = try pool.unsafeReentrantWrite { db in
+      guard !db.isInsideTransaction else { throw GroupSyncError.nestedWrite }
+      return try body(db)
     }
+    let (_, changeSet) = try writeAndReturnChangeSet { db in try self.observer.invalidateEveryTable(db) }
+    guard let changeSet else { throw GroupSyncError.invalidStore(path: path, reason: "no change set for the invalidation") }
+    return (result, changeSet)
+  }
+
+  private func transaction<T>(_ db: Database, _ body: (Database) throws -> T) throws -> (T, Int64?) {
+    guard !db.isInsideTransaction else { throw GroupSyncError.nestedWrite }
+    var output: (T, Int64?)?
+    try db.inTransaction(.immediate) {
+      try observer.transactionWillBegin(db)
+      let result = try body(db)
+      guard db.isInsideTransaction else { throw GroupSyncError.transactionEndedByClosure }
+      let changeSet = try observer.prepareChangeSet(db) { _ in try observer.statements.lastSequence() + 1 }
+      if let changeSet {
+        let payload = ChangeSetEncoding.encode(changeSet)
+        try observer.statements.appendHistory(changeSet, payload: payload, author: author)
+        observer.preparedPayload = payload
+        if changeSet.sequence % History.purgeInterval == 0 {
+          try History.purge(
+            db, newest: changeSet.sequence, floor: durableFloor?(db), now: changeSet.committedAtNanoseconds)
+        }
+      }
+      output = (result, changeSet?.sequence)
+      return .commit
+    }
+    return output!
+  }
+
+  private func published(_ sequence: Int64?) -> CommitPublisher.Outcome? {
+    guard let sequence else { return nil }
+    return publisher.publish(through: sequence)
+  }
+
+  // MARK: Reading
+
+  /// Runs `body` in a read transaction on a reader connection: it sees the
+  /// store as of the last commit and does not wait for writes.
+  public func read<T>(_ body: (Database) throws -> T) throws -> T {
+    try checkOpen()
+    return try pool.read(body)
+  }
+
+  /// Runs `body` in a read transaction without blocking the calling thread.
+  public func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    try checkOpen()
+    return try await pool.read(body)
   }
 
   /// The sequence number of the last committed change set (0 before any).
   public func currentSequence() throws -> Int64 {
-    try read { try Self.readSequence($0, path: path) }
+    try read { try StoreState.readSequence($0, path: path) }
+  }
+
+  // MARK: History
+
+  /// The committed change sets after `sequence`, oldest first, at most
+  /// `limit`, as the store's history holds them (Core Data's
+  /// `fetchHistory(after:)`).
+  public func history(after sequence: Int64, limit: Int = 1000) throws -> [HistoryEntry] {
+    try read { try History.entries(after: sequence, limit: limit, path: path, $0) }
+  }
+
+  /// The oldest sequence number the history still holds (nil if none).
+  public func oldestHistorySequence() throws -> Int64? {
+    try read { try History.oldestSequence($0) }
+  }
+
+  /// How much history the group keeps.
+  public func historyRetention() throws -> HistoryRetention {
+    try read { try History.retention($0) }
+  }
+
+  /// Sets how much history the group keeps; writers apply it as they
+  /// commit.
+  public func setHistoryRetention(_ retention: HistoryRetention) throws {
+    try checkOpen()
+    try pool.write { try History.setRetention(retention, $0) }
   }
 
   // MARK: Internals
 
-  private func checkOpen() throws {
-    if isClosed { throw SQLiteError(code: SQLITE_MISUSE, message: "the store is closed", sql: nil) }
-  }
+  func publishPending() { publisher.publish(through: nil) }
 
-  private func allocateSequence() throws -> Int64 {
-    // Two cached statements cost less than one UPDATE ... RETURNING.
-    try database.executeCached("UPDATE \(Self.stateTable) SET seq = seq + 1 WHERE id = 1")
-    let value = try database.executeCached("SELECT seq FROM \(Self.stateTable) WHERE id = 1")
-    guard let sequence = value?.int64 else {
-      throw GroupSyncError.invalidStore(path: path, reason: "\(Self.stateTable) has no row")
-    }
-    return sequence
-  }
-
-  private func makeChangeSet(sequence: Int64, committedAt: Int64) -> ChangeSet {
-    let builder = capture.takeCommitted()
-    // SQLite reports rows of WITHOUT ROWID tables with rowid 0: ask the
-    // schema about every table where rowid 0 showed up.
-    var invalidated = Set<String>()
-    for table in builder.tablesTouchingRowIDZero where noRowIDTables.hasNoRowID(table, in: database) {
-      invalidated.insert(table)
-    }
-    return ChangeSet(
-      storeID: storeID, sequence: sequence, committedAtNanoseconds: committedAt,
-      writerProcessID: System.processID, tables: builder.tableChanges(excluding: invalidated),
-      invalidatedTableNames: invalidated)
+  func checkOpen() throws {
+    if closed.load(ordering: .acquiring) { throw GroupSyncError.storeClosed(path: path) }
   }
 
   static func nowNanoseconds() -> Int64 {
@@ -164,66 +280,33 @@ public final class Store: @unchecked Sendable {
     clock_gettime(CLOCK_REALTIME, &now)
     return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
   }
-
-  static func configure(_ database: Database) throws {
-    sqlite3_busy_timeout(database.sqliteConnection, busyTimeoutMilliseconds)
-    let mode = try database.scalar("PRAGMA journal_mode = WAL")
-    if mode?.string?.lowercased() != "wal" {
-      Logger.groupSync.warning("store \(database.path) is not in WAL mode (\(mode?.sqlLiteral ?? "?"))")
-    }
-    try database.execute("PRAGMA synchronous = NORMAL")
-  }
-
-  /// Creates the bookkeeping table and the store UUID on first open.
-  private static func setUpState(_ database: Database, path: String) throws -> UUID {
-    try database.execute("BEGIN IMMEDIATE")
-    do {
-      try database.execute(
-        "CREATE TABLE IF NOT EXISTS \(stateTable) (id INTEGER PRIMARY KEY CHECK (id = 1), uuid TEXT NOT NULL, seq INTEGER NOT NULL)"
-      )
-      try database.execute(
-        "INSERT OR IGNORE INTO \(stateTable)(id, uuid, seq) VALUES (1, ?, 0)", [.text(UUID().uuidString)])
-      let id = try readStoreID(database, path: path)
-      try database.execute("COMMIT")
-      return id
-    } catch {
-      try? database.execute("ROLLBACK")
-      throw error
-    }
-  }
-
-  static func readStoreID(_ database: Database, path: String) throws -> UUID {
-    let text = try database.scalar("SELECT uuid FROM \(stateTable) WHERE id = 1")?.string
-    guard let text, let id = UUID(uuidString: text) else {
-      throw GroupSyncError.invalidStore(path: path, reason: "\(stateTable).uuid is missing or not a UUID")
-    }
-    return id
-  }
-
-  static func readSequence(_ database: Database, path: String) throws -> Int64 {
-    guard let sequence = try database.scalar("SELECT seq FROM \(stateTable) WHERE id = 1")?.int64 else {
-      throw GroupSyncError.invalidStore(path: path, reason: "\(stateTable).seq is missing")
-    }
-    return sequence
-  }
 }
 
-/// Which tables are WITHOUT ROWID, cached per schema version.
-private final class NoRowIDTableCache {
-  private var schemaVersion: Int64 = -1
-  private var answers: [String: Bool] = [:]
+/// What a write committed and published.
+public struct WriteReport<Result> {
+  /// What the write closure returned.
+  public let result: Result
+  /// The change set committed, or nil when the transaction changed nothing.
+  public let changeSet: ChangeSet?
+  /// Live listeners the change set could not be delivered to (they read
+  /// it from the history), or `listener == nil` when its file could not be
+  /// written at all. Empty when every live listener got it.
+  public let publishFailures: [PublishFailure]
+}
 
-  func hasNoRowID(_ table: String, in database: Database) -> Bool {
-    let version = (try? database.scalar("PRAGMA schema_version"))??.int64 ?? -2
-    if version != schemaVersion {
-      schemaVersion = version
-      answers = [:]
-    }
-    if let answer = answers[table] { return answer }
-    // A table gone since the commit is invalidated too: over-reporting is safe.
-    let rows = (try? database.rows("SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", [.text(table)])) ?? []
-    let answer = rows.first?.first?.int64 != 0
-    answers[table] = answer
-    return answer
-  }
+/// How a store captures changes.
+public struct StoreOptions: Sendable {
+  /// Rows one transaction may change before its largest tables are
+  /// reported as invalidated instead of row by row, which bounds the
+  /// memory of writers and listeners and the size of change sets.
+  public var rowBudget: Int = 300_000
+  /// Capture through GRDB's transaction observer even where SQLite has the
+  /// pre-update hook: the fallback GroupSync uses when the hook is missing
+  /// (for tests of it). It cannot see rows deleted by REPLACE.
+  public var captureWithoutPreUpdateHook = false
+  /// The author label each change set carries in the history; the
+  /// process name by default.
+  public var author: String?
+
+  public init() {}
 }

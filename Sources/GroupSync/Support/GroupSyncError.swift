@@ -19,6 +19,31 @@ public enum GroupSyncError: Error, Equatable, Sendable, CustomStringConvertible 
   case system(call: String, path: String?, errno: Int32)
   /// The store's bookkeeping table is missing or holds nonsense.
   case invalidStore(path: String, reason: String)
+  /// The store was closed.
+  case storeClosed(path: String)
+  /// A transaction changed rows without getting a sequence number: it was
+  /// written with GRDB directly (`pool.write`, a raw COMMIT) instead of
+  /// `Store.write`, so no listener would have been told. It rolled back.
+  case unsequencedCommit
+  /// `Store.write` was called inside a transaction of the same store.
+  case nestedWrite
+  /// The write closure committed or rolled back the transaction itself.
+  case transactionEndedByClosure
+  /// Memory ran out while capturing the transaction's rows; it rolled back.
+  case captureOutOfMemory
+  /// Row capture cannot work on this connection.
+  case captureUnavailable(reason: String)
+  /// A group-defaults key, suite or value is not acceptable (too large,
+  /// empty, not the type asked for).
+  case invalidDefaultsValue(reason: String)
+  /// An entry of the group folder is not what it must be (a symlink, a
+  /// FIFO, a file where a folder belongs, another device): it was refused,
+  /// not followed.
+  case unsafeEntry(path: String, reason: String)
+  /// A notification's name or payload is not acceptable.
+  case invalidNotification(reason: String)
+  /// A note was added outside `Store.write`.
+  case noteOutsideWrite
 
   public var description: String {
     switch self {
@@ -38,6 +63,27 @@ public enum GroupSyncError: Error, Equatable, Sendable, CustomStringConvertible 
       return "\(call) failed: \(detail)"
     case .invalidStore(let path, let reason):
       return "invalid store '\(path)': \(reason)"
+    case .storeClosed(let path):
+      return "the store '\(path)' is closed"
+    case .unsequencedCommit:
+      return "refused to commit changed rows without a sequence number: write through Store.write "
+        + "(not DatabasePool.write or a raw COMMIT) so that listeners are told; the transaction was rolled back"
+    case .nestedWrite:
+      return "Store.write was called inside a transaction of the same store; nest savepoints with db.inSavepoint instead"
+    case .transactionEndedByClosure:
+      return "the write closure committed or rolled back the transaction itself; let Store.write end it"
+    case .captureOutOfMemory:
+      return "out of memory while capturing changed rows; the transaction was rolled back"
+    case .captureUnavailable(let reason):
+      return "row capture unavailable: \(reason)"
+    case .invalidDefaultsValue(let reason):
+      return "invalid group defaults value: \(reason)"
+    case .unsafeEntry(let path, let reason):
+      return "refused '\(path)': \(reason)"
+    case .invalidNotification(let reason):
+      return "invalid notification: \(reason)"
+    case .noteOutsideWrite:
+      return "notes (defaults changes, notifications) can only be added inside Store.write"
     }
   }
 }

@@ -27,45 +27,6 @@ enum System {
     _ = Glibc.close(fd)  // EINTR on close must not be retried on Linux
   }
 
-  /// Creates a folder; an existing folder is fine.
-  static func makeDirectory(_ path: String, _ mode: mode_t = 0o755) throws {
-    if mkdir(path, mode) == 0 || errno == EEXIST { return }
-    throw GroupSyncError.system(call: "mkdir", path: path, errno: errno)
-  }
-
-  /// The names in a folder, without `.` and `..`.
-  static func listDirectory(_ path: String) throws -> [String] {
-    try listDirectoryEntries(path).map(\.name)
-  }
-
-  /// The names in a folder with their inode numbers, without `.` and `..`.
-  static func listDirectoryEntries(_ path: String) throws -> [(name: String, inode: UInt64)] {
-    var entries: [(name: String, inode: UInt64)] = []
-    try forEachDirectoryEntry(path) { entries.append(($0, $1)) }
-    return entries
-  }
-
-  /// Calls `body` with each name in a folder (without `.` and `..`) and its
-  /// inode number, without holding the whole listing in memory.
-  static func forEachDirectoryEntry(_ path: String, _ body: (String, UInt64) throws -> Void) throws {
-    guard let dir = opendir(path) else {
-      throw GroupSyncError.system(call: "opendir", path: path, errno: errno)
-    }
-    defer { closedir(dir) }
-    while let entry = readdir(dir) {
-      let name = withUnsafePointer(to: entry.pointee.d_name) {
-        $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-      }
-      if name != "." && name != ".." { try body(name, UInt64(entry.pointee.d_ino)) }
-    }
-  }
-
-  /// Removes a file; a missing file is fine.
-  static func unlinkIfPresent(_ path: String) throws {
-    if unlink(path) == 0 || errno == ENOENT { return }
-    throw GroupSyncError.system(call: "unlink", path: path, errno: errno)
-  }
-
   /// Writes all of `bytes` to `fd`.
   static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws {
     var offset = 0

@@ -18,6 +18,8 @@ struct BenchResults: Codable {
   var throughput: BenchThroughputResult?
   var fanOut: BenchFanOutResult?
   var memory: BenchMemoryResult?
+  var readLatency: BenchReadLatencyResult?
+  var catchUp: BenchCatchUpResult?
   var targets: [BenchTarget] = []
   var notes: [String] = []
 }
@@ -54,20 +56,23 @@ struct BenchSettings: Codable {
   var callgrind: Bool
   /// GroupSync and the floor alternate in this many blocks per stream.
   var rounds: Int
+  /// Reads in the writing process: listener processes, and reads per reader.
+  var readLatencyListeners: Int
+  var readLatencyReads: Int
 
   static let full = BenchSettings(
     listenerCounts: [1, 4, 16, 64], busyCommits: 2000, sparseCommits: 1000, sparseIntervalMs: 10,
     fanOutWrites: 1000, fanOutListenerCounts: [0, 1, 4, 16, 64], idleWindowSeconds: 5, pollCommits: 500,
     captureTransactionsOneRow: 4000, captureTransactionsThousandRows: 200, throughputSeconds: 3,
     throughputBacklogWindow: 64, bulkTransactions: 10, bulkRows: 10_000, memoryBacklogs: [10_000, 100_000],
-    callgrind: true, rounds: 8)
+    callgrind: true, rounds: 8, readLatencyListeners: 16, readLatencyReads: 5000)
 
   static let quick = BenchSettings(
     listenerCounts: [1, 4], busyCommits: 300, sparseCommits: 150, sparseIntervalMs: 10,
     fanOutWrites: 300, fanOutListenerCounts: [0, 1, 4], idleWindowSeconds: 2, pollCommits: 100,
     captureTransactionsOneRow: 600, captureTransactionsThousandRows: 30, throughputSeconds: 1,
     throughputBacklogWindow: 64, bulkTransactions: 3, bulkRows: 10_000, memoryBacklogs: [10_000],
-    callgrind: false, rounds: 2)
+    callgrind: false, rounds: 2, readLatencyListeners: 16, readLatencyReads: 600)
 }
 
 /// Delivery latency at the last of `listeners` listener processes, per
@@ -116,14 +121,27 @@ struct BenchPollingResult: Codable {
   var detection: [Detection]
 }
 
+/// Wall time per transaction of the same rows written four ways, each on a
+/// file of its own, in alternating blocks. Two pairs, each running the same
+/// statement code with and without GroupSync.
 struct BenchCaptureRow: Codable {
   var rows: Int
   var operation: String
-  /// Wall time per transaction.
+  /// Raw SQLite: one C statement stepped per row, BEGIN IMMEDIATE / COMMIT.
   var plain: BenchStats
+  /// `Store.write` stepping the same C statement.
   var groupsync: BenchStats
-  /// groupsync p50 / plain p50 − 1.
+  /// groupsync p50 / plain p50 − 1: what GroupSync adds to raw SQLite.
   var overhead: Double
+  /// Plain GRDB: `DatabasePool.write`, `db.cachedStatement(sql:)` executed
+  /// with arguments per row.
+  var grdb: BenchStats?
+  /// `Store.write` running the same GRDB statements.
+  var groupsyncGRDB: BenchStats?
+  /// groupsyncGRDB p50 / grdb p50 − 1: what GroupSync adds to a GRDB write.
+  var overheadOverGRDB: Double?
+  /// grdb p50 / plain p50 − 1: what GRDB itself costs over raw SQLite.
+  var grdbOverPlain: Double?
   var plainRowsPerSecond: Double
   var groupsyncRowsPerSecond: Double
 }
@@ -141,9 +159,19 @@ struct BenchCallgrindResult: Codable {
     var rows: Int
     var operation: String
     var transactions: Int
+    /// Raw SQLite, and `Store.write` stepping the same C statement.
     var plainInstructionsPerRow: Double
     var groupsyncInstructionsPerRow: Double
+    /// groupsync / plain − 1.
     var overhead: Double
+    /// Plain GRDB (cached statements), and `Store.write` running the same
+    /// GRDB statements.
+    var grdbInstructionsPerRow: Double?
+    var groupsyncGRDBInstructionsPerRow: Double?
+    /// groupsyncGRDB / grdb − 1.
+    var overheadOverGRDB: Double?
+    /// grdb / plain − 1.
+    var grdbOverPlain: Double?
   }
 
   var skipped: String?

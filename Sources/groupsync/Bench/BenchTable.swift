@@ -49,14 +49,20 @@ enum BenchTable {
     }
 
     line()
-    line("4. Capture overhead: plain SQLite vs Store.write (capture on, no listeners); same pragmas, statements, rows")
-    row([("rows/txn", 10), ("op", 8), ("plain us/txn", 22), ("GroupSync us/txn", 22), ("overhead p50", 14), ("plain rows/s", 14), ("GroupSync rows/s", 16)])
+    line("4. Capture overhead: what Store.write (capture, history row; no listeners) adds to the same statements, over raw")
+    line("   SQLite and over plain GRDB; each writer on a file of its own, same pragmas and rows, in alternating blocks.")
+    line("   raw = sqlite3 C calls, one statement stepped per row, BEGIN IMMEDIATE / COMMIT; GRDB = DatabasePool.write,")
+    line("   db.cachedStatement(sql:) executed with arguments per row. 'GroupSync on X' runs X's statement code inside")
+    line("   Store.write; + = its p50 over X's p50; GRDB/raw = what GRDB itself adds.")
+    row([("rows/txn", 10), ("op", 8), ("raw us/txn", 22), ("GroupSync on raw", 22), ("+", 9), ("GRDB us/txn", 22),
+         ("GroupSync on GRDB", 22), ("+", 9), ("GRDB/raw", 10), ("GS rows/s", 10)])
     for c in r.capture {
-      row([(String(c.rows), 10), (c.operation, 8), (c.plain.text, 22), (c.groupsync.text, 22), (BenchFormat.percent(c.overhead), 14),
-           (BenchFormat.count(c.plainRowsPerSecond), 14), (BenchFormat.count(c.groupsyncRowsPerSecond), 16)])
+      row([(String(c.rows), 10), (c.operation, 8), (c.plain.text, 22), (c.groupsync.text, 22), (BenchFormat.percent(c.overhead), 9),
+           (c.grdb?.text ?? "-", 22), (c.groupsyncGRDB?.text ?? "-", 22), (c.overheadOverGRDB.map(BenchFormat.percent) ?? "-", 9),
+           (c.grdbOverPlain.map(BenchFormat.percent) ?? "-", 10), (BenchFormat.count(c.groupsyncRowsPerSecond), 10)])
     }
     if !r.codec.isEmpty {
-      line("   change-set file encoding (ChangeSetEncoding, in the writer) and decoding (in each listener), one table:")
+      line("   change-set encoding v2 (in the writer; the same bytes are the history payload) and decoding, one table:")
       row([("rows", 10), ("bytes", 10), ("encode us", 22), ("decode us", 22)])
       for c in r.codec {
         row([(String(c.rows), 10), (String(c.bytes), 10), (c.encode.text, 22), (c.decode.text, 22)])
@@ -64,11 +70,15 @@ enum BenchTable {
     }
     if let cg = r.callgrind {
       if !cg.rows.isEmpty {
-        line("   valgrind --tool=callgrind, instructions per row (difference of runs with N and 0 transactions):")
-        row([("rows/txn", 10), ("op", 8), ("txns", 6), ("plain Ir/row", 14), ("GroupSync Ir/row", 18), ("overhead", 10)])
+        line("   valgrind --tool=callgrind, instructions per row (difference of runs with N and 0 transactions), the same four writers:")
+        row([("rows/txn", 10), ("op", 8), ("txns", 6), ("raw Ir/row", 12), ("GroupSync on raw", 18), ("+", 9), ("GRDB Ir/row", 13),
+             ("GroupSync on GRDB", 19), ("+", 9), ("GRDB/raw", 10)])
+        func count(_ value: Double?) -> String { value.map { String(format: "%.0f", $0) } ?? "-" }
         for c in cg.rows {
-          row([(String(c.rows), 10), (c.operation, 8), (String(c.transactions), 6), (String(format: "%.0f", c.plainInstructionsPerRow), 14),
-               (String(format: "%.0f", c.groupsyncInstructionsPerRow), 18), (BenchFormat.percent(c.overhead), 10)])
+          row([(String(c.rows), 10), (c.operation, 8), (String(c.transactions), 6), (count(c.plainInstructionsPerRow), 12),
+               (count(c.groupsyncInstructionsPerRow), 18), (BenchFormat.percent(c.overhead), 9), (count(c.grdbInstructionsPerRow), 13),
+               (count(c.groupsyncGRDBInstructionsPerRow), 19), (c.overheadOverGRDB.map(BenchFormat.percent) ?? "-", 9),
+               (c.grdbOverPlain.map(BenchFormat.percent) ?? "-", 10)])
         }
       }
       if let skipped = cg.skipped { line("   callgrind: \(skipped)") }
@@ -100,6 +110,30 @@ enum BenchTable {
              (BenchFormat.count(row_.drainChangeSetsPerSecond), 10), (String(format: "%.1f MiB", Double(row_.peakKB) / 1024), 12),
              (String(format: "%.1f MiB", Double(row_.rssAfterKB) / 1024), 12), (String(row_.resets), 7)])
       }
+    }
+
+    if let reads = r.readLatency {
+      line()
+      line("7. Reads in the writing process: store.read (the store's DatabasePool readers) while a thread of the same process")
+      line("   commits 1-row transactions back to back through Store.write, fanned out to \(reads.listeners) listener processes;")
+      line("   baseline: the same read on a separate read-only GRDB DatabaseQueue on the same file, in the same process,")
+      line("   in alternating blocks of 50, each read after a random pause of 100-300 us.")
+      line("   Read: Int64.fetchOne(db, sql: \"\(reads.statement)\")")
+      row([("reader", 22), ("us per read", 26), ("n", 7), ("p50 ratio", 10), ("p99 ratio", 10)])
+      row([("store.read", 22), (reads.storeRead.text, 26), (String(reads.storeRead.n), 7), (BenchFormat.ratio(reads.ratioP50), 10),
+           (BenchFormat.ratio(reads.ratioP99), 10)])
+      row([("separate connection", 22), (reads.separateConnection.text, 26), (String(reads.separateConnection.n), 7), ("1.00x", 10),
+           ("1.00x", 10)])
+      line("   writer meanwhile: \(reads.commits) commits in \(String(format: "%.1f", reads.seconds)) s "
+        + "(\(BenchFormat.count(reads.commitsPerSecond))/s), Store.write \(reads.write.text) us"
+        + (reads.writeFailures > 0 ? ", \(reads.writeFailures) failed" : "") + "; each listener received "
+        + "\(reads.deliveredPerListener) change sets, \(reads.resets) resets")
+    }
+    if let c = r.catchUp {
+      line()
+      line("8. Catch-up: a durable listener replays \(c.changeSets) 1-row change sets from the history: "
+        + "\(BenchFormat.count(c.changeSetsPerSecond)) change sets/s (\(String(format: "%.2f", c.seconds)) s); "
+        + "history \(String(format: "%.0f", c.historyBytesPerChangeSet)) bytes per change set")
     }
 
     line()

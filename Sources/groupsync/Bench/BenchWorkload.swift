@@ -1,15 +1,18 @@
 import CGroupSync
 import Foundation
+import GRDB
 import GroupSync
 
-/// The rows the benchmark writes, and two writers that run the same SQLite
-/// calls: one on a plain connection, one through `Store.write`.
+/// The rows the benchmark writes, and the writers that run them: raw SQLite
+/// (C calls), plain GRDB (`DatabasePool.write`) and GroupSync
+/// (`Store.write`).
 ///
-/// Both use WAL, synchronous=NORMAL and a 10 s busy timeout (the store's
-/// pragmas), BEGIN IMMEDIATE / COMMIT run as statements (as the store runs
-/// them), and one prepared statement stepped once per row, so that the only
-/// difference is what GroupSync adds: capture hooks, the sequence number,
-/// the change set and the fan-out.
+/// All use WAL, synchronous=NORMAL and a 10 s busy timeout (the store's
+/// pragmas) and IMMEDIATE transactions, each on a file of its own. GroupSync
+/// runs each baseline's own statement code, so that each comparison differs
+/// only by what GroupSync adds (capture, the history row, the change set, the
+/// fan-out): one C statement stepped once per row against raw SQLite, GRDB's
+/// cached statement executed with arguments against plain GRDB.
 enum BenchWorkload {
   static let schema = "CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY, a INTEGER NOT NULL, b TEXT NOT NULL)"
   static let insertSQL = "INSERT INTO items(a, b) VALUES (?, ?)"
@@ -124,15 +127,19 @@ final class BenchPlainWriter {
   }
 }
 
-/// The same writes through GroupSync's `Store.write`.
+/// The same writes through GroupSync's `Store.write`: the raw SQLite
+/// writer's C statement, or with `grdbStatements` the plain GRDB writer's
+/// cached statements.
 final class BenchGroupWriter {
   let group: GroupFolder
+  let grdbStatements: Bool
   private var statements: [BenchWorkload.Operation: BenchStatement] = [:]
   private var cursor = BenchRowCursor()
 
-  init(path: String) throws {
+  init(path: String, grdbStatements: Bool = false) throws {
     group = try GroupFolder(path: path)
-    try group.store.write { try $0.execute(BenchWorkload.schema) }
+    self.grdbStatements = grdbStatements
+    try group.store.write { try $0.execute(sql: BenchWorkload.schema) }
   }
 
   deinit { statements = [:] }
@@ -154,13 +161,17 @@ final class BenchGroupWriter {
   func commit(rows: Int, _ operation: BenchWorkload.Operation) throws
     -> (duration: Int64, sequence: Int64, committedAt: Int64, lastRowID: Int64, afterCommit: Int64)
   {
-    let statement = try statement(operation)
+    let statement = try grdbStatements ? nil : self.statement(operation)
     let start = BenchClock.monotonic()
     let (lastRowID, changeSet) = try group.store.writeAndReturnChangeSet { db in
       var row: Int64 = 0
-      for _ in 0..<rows {
-        row = cursor.take(operation)
-        try statement.step(row)
+      if let statement {
+        for _ in 0..<rows {
+          row = cursor.take(operation)
+          try statement.step(row)
+        }
+      } else {
+        row = try BenchGRDBRows.write(db, rows: rows, operation, cursor: &cursor)
       }
       return operation == .insert ? sqlite3_last_insert_rowid(db.sqliteConnection) : row
     }
@@ -173,10 +184,65 @@ final class BenchGroupWriter {
 
   private func statement(_ operation: BenchWorkload.Operation) throws -> BenchStatement {
     if let statement = statements[operation] { return statement }
-    let statement = try group.store.read { db in
-      try BenchStatement(connection: db.sqliteConnection, operation: operation)
+    // Prepared on the writer connection, where the transactions run.
+    let statement = try group.store.pool.writeWithoutTransaction { db in
+      try BenchStatement(connection: db.sqliteConnection!, operation: operation)
     }
     statements[operation] = statement
     return statement
+  }
+}
+
+/// The workload's rows through GRDB's statement API, as a GRDB user writes
+/// them: `db.cachedStatement(sql:)`, executed with arguments once per row.
+enum BenchGRDBRows {
+  /// The same 32 bytes `BenchStatement` binds.
+  static let text = "the quick brown fox jumps over t"
+
+  /// Writes `rows` rows; returns the last row's id.
+  @inline(__always)
+  static func write(_ db: Database, rows: Int, _ operation: BenchWorkload.Operation, cursor: inout BenchRowCursor) throws
+    -> Int64
+  {
+    let statement = try db.cachedStatement(sql: operation == .insert ? BenchWorkload.insertSQL : BenchWorkload.updateSQL)
+    var row: Int64 = 0
+    for _ in 0..<rows {
+      row = cursor.take(operation)
+      switch operation {
+      case .insert: try statement.execute(arguments: [row, text])
+      case .update: try statement.execute(arguments: [text, row])
+      }
+    }
+    return row
+  }
+}
+
+/// Plain GRDB: a `DatabasePool` configured as the store configures its own
+/// (busy timeout 10 s, synchronous=NORMAL), `pool.write` with GRDB's cached
+/// statements; no GroupSync. What a GRDB user pays today.
+final class BenchGRDBWriter {
+  let pool: DatabasePool
+  private var cursor = BenchRowCursor()
+
+  init(path: String) throws {
+    var configuration = Configuration()
+    configuration.busyMode = .timeout(10)
+    configuration.prepareDatabase { db in
+      if !db.configuration.readonly { try db.execute(sql: "PRAGMA synchronous = NORMAL") }
+    }
+    pool = try DatabasePool(path: path, configuration: configuration)
+    try pool.write { try $0.execute(sql: BenchWorkload.schema) }
+  }
+
+  func prepareUpdates() throws {
+    try transaction(rows: BenchWorkload.updateRows, .insert)
+  }
+
+  /// One transaction of `rows` rows; returns its wall time in ns.
+  @discardableResult
+  func transaction(rows: Int, _ operation: BenchWorkload.Operation) throws -> Int64 {
+    let start = BenchClock.monotonic()
+    try pool.write { db in _ = try BenchGRDBRows.write(db, rows: rows, operation, cursor: &cursor) }
+    return BenchClock.monotonic() - start
   }
 }

@@ -3,19 +3,24 @@ import Foundation
 
 /// The capture-overhead workload on its own, for `valgrind --tool=callgrind`:
 /// sets up a fresh store, runs two warm-up transactions, then
-/// `--transactions` transactions of `--rows` rows, plain or through
-/// GroupSync. The benchmark runs it with N and with 0 transactions and
-/// divides the difference in instructions by the rows written.
+/// `--transactions` transactions of `--rows` rows: raw SQLite, plain GRDB,
+/// or through GroupSync with either one's statement code. The benchmark runs
+/// it with N and with 0 transactions and divides the difference in
+/// instructions by the rows written.
 struct BenchCapture: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "bench-capture", abstract: "Benchmark child: the capture-overhead workload.",
     shouldDisplay: false)
 
   enum Mode: String, ExpressibleByArgument, Codable, CaseIterable {
+    /// Raw SQLite, and `Store.write` stepping the same C statement.
     case plain, groupsync
+    /// Plain GRDB (`pool.write`, cached statements), and `Store.write`
+    /// running the same GRDB statements.
+    case grdb, groupsyncGRDB = "groupsync-grdb"
   }
 
-  @Option(name: .long, help: "plain or groupsync.")
+  @Option(name: .long, help: "plain, groupsync, grdb or groupsync-grdb.")
   var mode: Mode
 
   @Option(name: .long, help: "insert or update.")
@@ -39,8 +44,13 @@ struct BenchCapture: AsyncParsableCommand {
         if op == .update { try writer.prepareUpdates() }
         for _ in 0..<2 { try writer.transaction(rows: rows, op) }
         try Self.measured(transactions) { try writer.transaction(rows: rows, op) }
-      case .groupsync:
-        let writer = try BenchGroupWriter(path: directory + "/group")
+      case .grdb:
+        let writer = try BenchGRDBWriter(path: directory + "/grdb.sqlite")
+        if op == .update { try writer.prepareUpdates() }
+        for _ in 0..<2 { try writer.transaction(rows: rows, op) }
+        try Self.measured(transactions) { try writer.transaction(rows: rows, op) }
+      case .groupsync, .groupsyncGRDB:
+        let writer = try BenchGroupWriter(path: directory + "/group", grdbStatements: mode == .groupsyncGRDB)
         if op == .update { try writer.prepareUpdates() }
         for _ in 0..<2 { try writer.transaction(rows: rows, op) }
         try Self.measured(transactions) { try writer.transaction(rows: rows, op) }

@@ -12,6 +12,12 @@ enum ChangeSetJSON {
       "deleted": changeSet.deleted.map(\.uri).sorted(),
       "invalidatedTables": changeSet.invalidatedTables.map(\.uri).sorted(),
       "committedAtNs": changeSet.committedAtNanoseconds,
+      "pid": changeSet.writerProcessID,
+      "notes": changeSet.notes.map { note -> [String: Any] in
+        var object: [String: Any] = ["name": note.name, "payload": Data(note.payload).base64EncodedString()]
+        if let text = String(validating: note.payload, as: UTF8.self) { object["text"] = text }
+        return object
+      },
     ]
     if let deliveredAtNs { object["deliveredAtNs"] = deliveredAtNs }
     return encode(object)

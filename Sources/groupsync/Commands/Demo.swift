@@ -51,7 +51,7 @@ struct Demo: AsyncParsableCommand {
       printLine("GroupSync demo: \(listeners) listeners, \(writers) writers x \(transactions) transactions, in \(folder)")
 
       let group = try GroupFolder(path: folder)
-      try group.store.write { try $0.execute(Self.schema) }
+      try group.store.write { try $0.execute(sql: Self.schema) }
       let base = try group.store.currentSequence()
 
       var watchers: [ChildProcess] = []

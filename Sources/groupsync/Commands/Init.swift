@@ -20,7 +20,7 @@ struct Init: AsyncParsableCommand {
         return text
       }
       let group = try GroupFolder(path: directory)
-      if let sql { try group.store.write { try $0.execute(sql) } }
+      if let sql { try group.store.write { try $0.execute(sql: sql) } }
       printLine("initialized \(group.path) (store \(group.store.storeID.uuidString), sequence \(try group.store.currentSequence()))")
     }
   }

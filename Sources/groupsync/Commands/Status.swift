@@ -24,11 +24,20 @@ struct Status: AsyncParsableCommand {
       printLine("group:    \(status.path)")
       printLine("store:    \(status.storeID.uuidString)")
       printLine("sequence: \(status.sequence)")
-      printLine("capture:  \(status.usesPreUpdateHook ? "pre-update hook" : "update hook (fallback)")")
+      printLine(
+        "history:  \(status.history.count) change sets (\(status.history.oldest)...\(status.history.newest)), "
+          + "\(status.history.bytes) bytes")
+      printLine("capture:  \(status.usesPreUpdateHook ? "pre-update hook" : "GRDB's observer (fallback)")")
+      if let foreign = status.lastForeignCommit {
+        let time = ISO8601DateFormatter().string(
+          from: Date(timeIntervalSince1970: Double(foreign.detectedAtNanoseconds) / 1e9))
+        printLine("foreign:  a commit without a change set, seen by \(foreign.listener) at \(time) (after sequence \(foreign.sequence))")
+      }
       if status.listeners.isEmpty { printLine("listeners: none") }
       for listener in status.listeners {
         let state = listener.isLive ? "live (pid \(listener.processID.map(String.init) ?? "?"))" : "dead"
-        printLine("listener  \(listener.name): \(state), backlog \(listener.backlog)")
+        let place = listener.acknowledged.map { ", durable at \($0) (lag \(status.sequence - $0))" } ?? ""
+        printLine("listener  \(listener.name): \(state), backlog \(listener.backlog)\(place)")
       }
     }
   }

@@ -18,12 +18,16 @@ struct Watch: AsyncParsableCommand {
   @Flag(name: .long, help: "Print one JSON object per line.")
   var json = false
 
-  @Option(name: .long, help: "Milliseconds a missing change set may stay missing before a reset.")
+  @Option(name: .long, help: "Milliseconds a missing change set may stay missing before it is read from the history.")
   var graceMs: Int = 1000
+
+  @Flag(name: .long, help: "Keep the listener's place while it is not running and resume from it (needs --name).")
+  var durable = false
 
   func validate() throws {
     if let count, count < 1 { throw ValidationError("--count must be at least 1") }
     guard graceMs >= 0 else { throw ValidationError("--grace-ms must not be negative") }
+    if durable && name == nil { throw ValidationError("--durable needs --name: the place is kept under that name") }
   }
 
   func run() async throws {
@@ -31,7 +35,7 @@ struct Watch: AsyncParsableCommand {
       let group = try GroupFolder(path: directory, create: false)
       var options = ListenerOptions()
       options.gracePeriod = .milliseconds(graceMs)
-      let listener = try group.listen(as: name, options: options)
+      let listener = try group.listen(as: name, durable: durable, options: options)
       let stopper = SignalStopper { listener.close() }
       defer { withExtendedLifetime(stopper) {} }
       FileHandle.standardError.write(
@@ -60,6 +64,13 @@ struct Watch: AsyncParsableCommand {
     }
     if !changeSet.invalidatedTables.isEmpty {
       lines.append("  invalidated: " + changeSet.invalidatedTables.map(\.uri).sorted().joined(separator: " "))
+    }
+    for change in changeSet.defaultsChanges {
+      lines.append("  defaults \(change.suite)/\(change.key): \(DefaultsCommand.describe(change.oldValue)) -> \(DefaultsCommand.describe(change.newValue))")
+    }
+    for notification in changeSet.notifications {
+      let payload = String(validating: notification.payload, as: UTF8.self) ?? "\(notification.payload.count) bytes"
+      lines.append("  notification \(notification.name): \(payload)")
     }
     return lines.joined(separator: "\n")
   }

@@ -28,6 +28,10 @@ enum CLI {
   }
 
   /// A `groupsync` process running in the background.
+  ///
+  /// Its output is drained by two plain threads doing blocking reads:
+  /// `FileHandle.readabilityHandler` (a dispatch source) has crashed
+  /// libdispatch's event loop on Linux when the pipe closed under it.
   final class Child: @unchecked Sendable {
     let process = Process()
     private let stdoutPipe = Pipe()
@@ -35,21 +39,36 @@ enum CLI {
     private let lock = NSLock()
     private var output = Data()
     private var errors = Data()
+    private let drained = DispatchGroup()
 
     init(_ arguments: [String]) throws {
       process.executableURL = URL(fileURLWithPath: CLI.executable)
       process.arguments = arguments
       process.standardOutput = stdoutPipe
       process.standardError = stderrPipe
-      stdoutPipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
-        let data = handle.availableData
-        self?.lock.withLock { self?.output.append(data) }
-      }
-      stderrPipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
-        let data = handle.availableData
-        self?.lock.withLock { self?.errors.append(data) }
-      }
       try process.run()
+      // The parent's copies of the write ends must go, or reads never see EOF.
+      try stdoutPipe.fileHandleForWriting.close()
+      try stderrPipe.fileHandleForWriting.close()
+      drain(stdoutPipe.fileHandleForReading.fileDescriptor) { child, data in child.output.append(data) }
+      drain(stderrPipe.fileHandleForReading.fileDescriptor) { child, data in child.errors.append(data) }
+    }
+
+    /// Reads `fd` until EOF on a thread of its own.
+    private func drain(_ fd: Int32, _ append: @escaping @Sendable (Child, Data) -> Void) {
+      drained.enter()
+      let thread = Thread { [self] in
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+          let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+          if count < 0 && errno == EINTR { continue }
+          if count <= 0 { break }
+          let data = Data(buffer[0..<count])
+          lock.withLock { append(self, data) }
+        }
+        drained.leave()
+      }
+      thread.start()
     }
 
     var stdout: String { lock.withLock { String(decoding: output, as: UTF8.self) } }
@@ -89,14 +108,8 @@ enum CLI {
       while process.isRunning && Date() < deadline { usleep(5_000) }
       if process.isRunning { process.terminate() }
       process.waitUntilExit()
-      stdoutPipe.fileHandleForReading.readabilityHandler = nil
-      stderrPipe.fileHandleForReading.readabilityHandler = nil
-      let rest = stdoutPipe.fileHandleForReading.readDataToEndOfFile()
-      let restErrors = stderrPipe.fileHandleForReading.readDataToEndOfFile()
-      lock.withLock {
-        output.append(rest)
-        errors.append(restErrors)
-      }
+      // Children of the child may still hold the pipes: wait a little only.
+      _ = drained.wait(timeout: .now() + 5)
       return Result(status: process.terminationStatus, stdout: stdout, stderr: stderr)
     }
 

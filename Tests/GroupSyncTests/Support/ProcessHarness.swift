@@ -1,5 +1,6 @@
 import CGroupSync
 import Foundation
+import GRDB
 @testable import GroupSync
 import Synchronization
 
@@ -115,14 +116,43 @@ enum ProcessHarness {
     }
   }
 
+  /// Commits `body`'s insert through plain GRDB together with its history
+  /// entry, and publishes nothing: what a writer SIGKILLed right after
+  /// COMMIT leaves behind. `body` returns the table and rowid it inserted.
+  static func commitWithoutPublishing(
+    store path: String, _ body: @escaping @Sendable (Database) throws -> (String, Int64)
+  ) throws -> ChangeSet {
+    var configuration = Configuration()
+    configuration.busyMode = .timeout(10)
+    let queue = try DatabaseQueue(path: path, configuration: configuration)
+    return try queue.write { db in
+      let (table, rowID) = try body(db)
+      let storeID = try StoreState.readStoreID(db, path: path)
+      let sequence = try StoreState.readSequence(db, path: path) + 1
+      let changeSet = ChangeSet(
+        storeID: storeID, sequence: sequence, committedAtNanoseconds: Store.nowNanoseconds(), writerProcessID: 4242,
+        tables: [TableName(table): TableChanges(inserted: [rowID])], invalidatedTableNames: [])
+      try StoreState.append(changeSet, payload: ChangeSetEncoding.encode(changeSet), author: "killed", db)
+      return changeSet
+    }
+  }
+
   /// Commits directly through SQLite, bypassing the engine: the store's
   /// sequence moves on by `count` and nothing is published, as if writers
   /// had died between COMMIT and fan-out.
   static func advanceSequenceWithoutPublishing(store path: String, by count: Int) throws {
-    let database = try Database(path: path, flags: SQLITE_OPEN_READWRITE)
-    defer { database.close() }
-    sqlite3_busy_timeout(database.sqliteConnection, 10_000)
-    try database.execute("UPDATE \(Store.stateTable) SET seq = seq + ? WHERE id = 1", [.integer(Int64(count))])
+    // A plain GRDB queue: no GroupSync capture, as a foreign program.
+    var configuration = Configuration()
+    configuration.busyMode = .timeout(10)
+    let queue = try DatabaseQueue(path: path, configuration: configuration)
+    try queue.write { db in
+      for _ in 0..<count {
+        try db.execute(sql: """
+          INSERT INTO \(StoreState.historyTable)(seq, committed_at, author, pid, payload)
+          SELECT coalesce(max(seq), 0) + 1, 0, 'test', 0, x'' FROM \(StoreState.historyTable)
+          """)
+      }
+    }
   }
 }
 
@@ -223,5 +253,5 @@ final class Collected<Element: Sendable>: Sendable {
 func craftedChangeSet(store: UUID, sequence: Int64, table: String = "items", rowID: Int64 = 4242) -> ChangeSet {
   ChangeSet(
     storeID: store, sequence: sequence, committedAtNanoseconds: 1, writerProcessID: 1,
-    tables: [table: TableChanges(inserted: [rowID])], invalidatedTableNames: [])
+    tables: [TableName(table): TableChanges(inserted: [rowID])], invalidatedTableNames: [])
 }

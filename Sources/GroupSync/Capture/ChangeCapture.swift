@@ -1,0 +1,106 @@
+import CGroupSync
+
+/// Owns the C capture installed on a store's writer connection: the
+/// pre-update hook that records every row a transaction changes.
+///
+/// Used only on GRDB's writer queue, like the connection itself.
+final class ChangeCapture {
+  private let handle: OpaquePointer
+  /// The connection the capture is installed on.
+  let connection: OpaquePointer
+
+  /// Prefixes of tables that are never reported: GroupSync's own and GRDB's
+  /// (`grdb_migrations`).
+  static let internalTablePrefixes = ["groupsync_", "grdb_"]
+
+  /// Installs the pre-update hook on `connection`, unless SQLite lacks it
+  /// or `withoutPreUpdateHook` asks for the fallback.
+  init(connection: OpaquePointer, withoutPreUpdateHook: Bool, rowBudget: Int) throws {
+    self.connection = connection
+    var handle: OpaquePointer?
+    let options = withoutPreUpdateHook ? Int32(GS_CAPTURE_NO_PREUPDATE_HOOK) : 0
+    let code = gs_capture_create(connection, options, &handle)
+    guard code == GS_OK, let handle else {
+      throw GroupSyncError.captureUnavailable(reason: String(cString: gs_strerror(code)))
+    }
+    self.handle = handle
+    for prefix in Self.internalTablePrefixes where gs_capture_ignore_prefix(handle, prefix) != GS_OK {
+      gs_capture_close(handle)
+      throw GroupSyncError.captureUnavailable(reason: "out of memory")
+    }
+    gs_capture_set_row_budget(handle, rowBudget)
+  }
+
+  deinit { gs_capture_close(handle) }
+
+  static func isInternal(_ table: String) -> Bool {
+    table.hasPrefix("sqlite_") || internalTablePrefixes.contains { table.hasPrefix($0) }
+  }
+
+  var usesPreUpdateHook: Bool { gs_capture_uses_preupdate_hook(handle) != 0 }
+  /// Whether the pre-update hook is still ours (reinstalling it if not).
+  var isHookIntact: Bool { gs_capture_hook_intact(handle) != 0 }
+  var hasChanges: Bool { gs_capture_has_changes(handle) != 0 }
+  var overflowed: Bool { gs_capture_overflowed(handle) != 0 }
+
+  func record(_ operation: RowOperation, table: String, rowID: Int64) {
+    let op: Int32 = switch operation {
+    case .insert: SQLITE_INSERT
+    case .update: SQLITE_UPDATE
+    case .delete: SQLITE_DELETE
+    }
+    gs_capture_record(handle, op, "main", table, rowID)
+  }
+
+  func invalidate(_ table: String) { gs_capture_invalidate(handle, table) }
+
+  /// Never captures `table` again.
+  func ignore(_ table: String) {
+    if gs_capture_ignore_table(handle, table) != GS_OK {
+      gs_capture_invalidate(handle, table)  // out of memory: the next commit is refused
+    }
+  }
+
+  func markSequenced() { gs_capture_mark_sequenced(handle) }
+
+  /// Why the open transaction must not commit, or nil.
+  var commitRefusal: GroupSyncError? {
+    switch Int(gs_capture_will_commit(handle)) {
+    case 0: nil
+    case Int(GS_CAPTURE_OVERFLOWED): .captureOutOfMemory
+    default: .unsequencedCommit
+    }
+  }
+
+  func transactionEnded() { gs_capture_did_commit(handle) }
+
+  /// The open transaction's rows, reduced to their net effect, and the
+  /// tables it invalidated (over the row budget, or fed by the fallback).
+  func pendingChanges() -> (builder: ChangeSetBuilder, invalidated: Set<TableName>) {
+    var rows: UnsafePointer<gs_row_change>?
+    let count = gs_capture_pending(handle, &rows)
+    var builder = ChangeSetBuilder()
+    var invalidated = Set<TableName>()
+    // Split the log by table index first: names are resolved once per table.
+    var logs: [[(rowID: Int64, operation: RowOperation)]] = []
+    if let rows {
+      for change in UnsafeBufferPointer(start: rows, count: count) {
+        let index = Int(change.table)
+        while logs.count <= index { logs.append([]) }
+        logs[index].append((change.rowid, RowOperation(rawValue: change.op)!))
+      }
+    }
+    for index in 0..<gs_capture_table_count(handle) {
+      let isInvalidated = gs_capture_table_invalidated(handle, index) != 0
+      let hasRows = Int(index) < logs.count && !logs[Int(index)].isEmpty
+      guard isInvalidated || hasRows else { continue }
+      let table = TableName(String(cString: gs_capture_table_name(handle, index)!))
+      if isInvalidated {
+        invalidated.insert(table)
+      } else {
+        builder.record(table: table, operations: logs[Int(index)])
+      }
+    }
+    return (builder, invalidated)
+  }
+}

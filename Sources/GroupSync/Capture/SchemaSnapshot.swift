@@ -1,0 +1,244 @@
+import GRDB
+
+/// The store's schema at one schema version, as the capture needs it: which
+/// tables have rowids, which are virtual and which shadow tables carry a
+/// virtual table's rowids, and the raw entries of `sqlite_schema` to tell
+/// what a transaction changed in it.
+struct SchemaSnapshot {
+  enum TableKind: Equatable {
+    case rowID
+    case withoutRowID
+    case virtual
+    /// A shadow table of a virtual table (FTS, R*Tree), with its owner.
+    case shadow(owner: TableName?)
+    case view
+  }
+
+  /// One row of `sqlite_schema`.
+  struct Entry: Equatable {
+    let type: String
+    let tableName: String
+    let sql: String?
+    let rootPage: Int64
+  }
+
+  let version: Int64
+  let kinds: [TableName: TableKind]
+  let entries: [TableName: Entry]
+  /// For each virtual table whose rows can be named: the shadow table whose
+  /// rowids are the virtual table's (FTS `_docsize` / `_content`, R*Tree
+  /// `_rowid`).
+  let rowIDShadows: [TableName: TableName]
+  /// External-content full-text tables (`content='name'`), by name.
+  let externalContents: [TableName: ExternalContent]
+
+  /// Where an external-content full-text table reads its rows: a reader of
+  /// it sees its content table's rows, so a change to those rows is a
+  /// change of its rows too, whether or not the triggers that keep its
+  /// index in step ran (a REPLACE deletes rows without firing them unless
+  /// `recursive_triggers` is on).
+  struct ExternalContent: Equatable {
+    let content: TableName
+    /// Whether its rowids are the content table's rowids (`content_rowid`
+    /// unset, or naming the rowid or the INTEGER PRIMARY KEY).
+    let sharesRowIDs: Bool
+  }
+
+  static func version(_ db: Database) throws -> Int64 {
+    try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA schema_version")) ?? 0
+  }
+
+  static func read(_ db: Database) throws -> SchemaSnapshot {
+    let version = try version(db)
+    var entries: [TableName: Entry] = [:]
+    var virtualModules: [TableName: String] = [:]
+    for row in try Row.fetchAll(db, sql: "SELECT type, name, tbl_name, sql, rootpage FROM main.sqlite_schema") {
+      let entry = Entry(type: row[0], tableName: row[2], sql: row[3], rootPage: row[4] ?? 0)
+      let name = TableName(row[1] as String)
+      entries[name] = entry
+      if let sql = entry.sql, entry.type == "table", let module = Self.virtualModule(sql) {
+        virtualModules[name] = module
+      }
+    }
+    var kinds: [TableName: TableKind] = [:]
+    var shadows: [TableName] = []
+    for row in try Row.fetchAll(db, sql: "SELECT name, type, wr FROM pragma_table_list WHERE schema = 'main'") {
+      let name = TableName(row[0] as String)
+      switch row[1] as String {
+      case "virtual": kinds[name] = .virtual
+      case "shadow": shadows.append(name)
+      case "view": kinds[name] = .view
+      default: kinds[name] = (row[2] as Int64) != 0 ? .withoutRowID : .rowID
+      }
+    }
+    // A shadow table is named after its virtual table and a suffix: the
+    // longest virtual table name that prefixes it owns it.
+    let virtualTables = kinds.compactMap { $0.value == .virtual ? $0.key : nil }
+    for shadow in shadows {
+      let owner = virtualTables.filter { shadow.name.utf8.starts(with: ($0.name + "_").utf8) }
+        .max { $0.name.utf8.count < $1.name.utf8.count }
+      kinds[shadow] = .shadow(owner: owner)
+    }
+    var rowIDShadows: [TableName: TableName] = [:]
+    for (table, module) in virtualModules {
+      let candidates: [String] = switch module {
+      case "fts5", "fts4", "fts3": ["_docsize", "_content"]
+      case "rtree", "rtree_i32": ["_rowid"]
+      default: []
+      }
+      if let shadow = candidates.map({ TableName(table.name + $0) }).first(where: { kinds[$0] == .shadow(owner: table) }) {
+        rowIDShadows[table] = shadow
+      }
+    }
+    var externalContents: [TableName: ExternalContent] = [:]
+    for (table, module) in virtualModules where ["fts5", "fts4", "fts3"].contains(module) {
+      let options = contentOptions(entries[table]?.sql ?? "")
+      guard let content = options.content, !content.isEmpty else { continue }  // content='': contentless
+      // SQLite finds the content table ignoring ASCII case.
+      let name = kinds.keys.first { $0 == TableName(content) }
+        ?? kinds.keys.first { asciiLowercased($0.name) == asciiLowercased(content) } ?? TableName(content)
+      let rowIDColumn = module == "fts5" ? options.contentRowID ?? "rowid" : "rowid"
+      let sharesRowIDs = try kinds[name] == .rowID && isRowID(rowIDColumn, of: name, db)
+      externalContents[table] = ExternalContent(content: name, sharesRowIDs: sharesRowIDs)
+    }
+    return SchemaSnapshot(
+      version: version, kinds: kinds, entries: entries, rowIDShadows: rowIDShadows, externalContents: externalContents)
+  }
+
+  /// The `content` and `content_rowid` options of `CREATE VIRTUAL TABLE ...
+  /// USING fts5(...)`, unquoted.
+  static func contentOptions(_ sql: String) -> (content: String?, contentRowID: String?) {
+    let scalars = Array(sql.unicodeScalars)
+    guard let open = scalars.firstIndex(of: "("), let close = scalars.lastIndex(of: ")"), open < close else {
+      return (nil, nil)
+    }
+    // Split the arguments at commas outside quotes.
+    var arguments: [[Unicode.Scalar]] = [[]]
+    var quote: Unicode.Scalar?
+    for scalar in scalars[(open + 1)..<close] {
+      if let q = quote {
+        if scalar == q { quote = nil }
+      } else if scalar == "'" || scalar == "\"" || scalar == "`" {
+        quote = scalar
+      } else if scalar == "[" {
+        quote = "]"
+      } else if scalar == "," {
+        arguments.append([])
+        continue
+      }
+      arguments[arguments.count - 1].append(scalar)
+    }
+    var content: String?
+    var contentRowID: String?
+    for argument in arguments {
+      guard let equals = argument.firstIndex(of: "=") else { continue }
+      let key = asciiLowercased(String(String.UnicodeScalarView(argument[..<equals])).trimmingCharacters(in: .whitespaces))
+      let value = unquoted(Array(argument[(equals + 1)...]))
+      if key == "content" { content = value } else if key == "content_rowid" { contentRowID = value }
+    }
+    return (content, contentRowID)
+  }
+
+  /// An option value without its quotes ('', "", ``, []), quotes inside
+  /// undoubled.
+  private static func unquoted(_ value: [Unicode.Scalar]) -> String {
+    var scalars = value[...]
+    while let first = scalars.first, first.properties.isWhitespace { scalars.removeFirst() }
+    while let last = scalars.last, last.properties.isWhitespace { scalars.removeLast() }
+    guard let first = scalars.first, scalars.count >= 2 else { return String(String.UnicodeScalarView(scalars)) }
+    let close: Unicode.Scalar? = switch first {
+    case "'", "\"", "`": first
+    case "[": "]"
+    default: nil
+    }
+    guard let close, scalars.last == close else { return String(String.UnicodeScalarView(scalars)) }
+    var out = String.UnicodeScalarView()
+    var pendingQuote = false
+    for scalar in scalars.dropFirst().dropLast() {
+      if scalar == close && close != "]" && !pendingQuote {
+        pendingQuote = true
+        continue
+      }
+      pendingQuote = false
+      out.append(scalar)
+    }
+    return String(out)
+  }
+
+  /// Whether `column` of the rowid table `table` names its rowid: an
+  /// unshadowed `rowid`, `_rowid_` or `oid`, or its INTEGER PRIMARY KEY.
+  private static func isRowID(_ column: String, of table: TableName, _ db: Database) throws -> Bool {
+    let wanted = asciiLowercased(column)
+    let columns = try Row.fetchAll(
+      db, sql: "SELECT name, type, pk FROM pragma_table_info(?, 'main')", arguments: [table.name])
+    guard columns.contains(where: { asciiLowercased($0[0]) == wanted }) else {
+      return ["rowid", "_rowid_", "oid"].contains(wanted)
+    }
+    let keys = columns.filter { ($0[2] as Int) > 0 }
+    guard keys.count == 1, asciiLowercased(keys[0][0]) == wanted, asciiLowercased(keys[0][1]) == "integer" else {
+      return false
+    }
+    // INTEGER PRIMARY KEY DESC is not the rowid: it has an index of its own.
+    let keyIndexes = try Int.fetchOne(
+      db, sql: "SELECT count(*) FROM pragma_index_list(?, 'main') WHERE origin = 'pk'", arguments: [table.name])
+    return keyIndexes == 0
+  }
+
+  /// SQLite folds identifiers in ASCII only.
+  static func asciiLowercased(_ name: String) -> String {
+    String(String.UnicodeScalarView(name.unicodeScalars.map { ("A"..."Z").contains($0) ? Unicode.Scalar($0.value + 32)! : $0 }))
+  }
+
+  /// The module of `CREATE VIRTUAL TABLE name USING module(...)`, lowercased.
+  private static func virtualModule(_ sql: String) -> String? {
+    let words = sql.split(whereSeparator: { $0.isWhitespace || $0 == "(" })
+    guard words.count > 2, words[0].lowercased() == "create", words[1].lowercased() == "virtual",
+      let using = words.firstIndex(where: { $0.lowercased() == "using" }), using + 1 < words.count
+    else { return nil }
+    return words[using + 1].lowercased()
+  }
+
+  /// The tables whose shape or existence differ between `old` and this
+  /// snapshot, and among them those that did not exist in `old` (created,
+  /// or renamed to that name: their rows may have come without a hook);
+  /// nil when something changed that the entries do not show (a table
+  /// dropped and created again the same way), which only "every table"
+  /// answers safely.
+  func changedTables(since old: SchemaSnapshot) -> (changed: Set<TableName>, created: Set<TableName>)? {
+    var changed = Set<TableName>()
+    var created = Set<TableName>()
+    var otherDifferences = 0
+    for name in Set(entries.keys).union(old.entries.keys) where entries[name] != old.entries[name] {
+      let entry = entries[name] ?? old.entries[name]!
+      if entry.type == "table" {
+        changed.insert(name)
+        if old.entries[name] == nil { created.insert(name) }
+      } else {
+        otherDifferences += 1
+      }
+    }
+    // Each schema statement bumps the version at least once; more bumps
+    // than visible differences mean a change undid itself in shape only.
+    if version - old.version > Int64(changed.count + otherDifferences) && changed.isEmpty { return nil }
+    return (changed, created)
+  }
+
+  /// How to name the rowid of `table` in SQL: `rowid`, `_rowid_` or `oid`,
+  /// whichever no column of the table shadows; nil when all three are
+  /// column names (its rows cannot be checked, only invalidated).
+  static func rowIDName(of table: TableName, _ db: Database) throws -> String? {
+    let columns = Set(
+      try String.fetchAll(db, sql: "SELECT lower(name) FROM pragma_table_xinfo(?)", arguments: [table.name]))
+    return ["rowid", "_rowid_", "oid"].first { !columns.contains($0) }
+  }
+
+  /// Every table a reader can query: rowid, WITHOUT ROWID and virtual ones.
+  var readableTables: [TableName] {
+    kinds.compactMap { name, kind in
+      switch kind {
+      case .rowID, .withoutRowID, .virtual: name
+      case .shadow, .view: nil
+      }
+    }
+  }
+}

@@ -1,0 +1,155 @@
+import CGroupSync
+import Foundation
+import GRDB
+
+/// The statements GroupSync runs on every commit, prepared once on the
+/// writer connection and stepped through SQLite's C API.
+///
+/// Why not GRDB's `cachedStatement`: these run inside every write, and
+/// GRDB's general path (a statement cache keyed by SQL strings, arguments
+/// as existentials checked at run time) costs several times the statement
+/// itself; its cache also compares SQL as Swift `String`s, which would
+/// merge two tables whose names differ only in Unicode normalization.
+/// Used only on the writer's queue; ``finalize()`` runs before the
+/// connection closes.
+final class WriterStatements {
+  private let connection: OpaquePointer
+  private var statements: [String: OpaquePointer] = [:]
+  private var existence: [TableName: (range: OpaquePointer?, list: OpaquePointer?)] = [:]
+  private var existenceVersion: Int64 = -1
+
+  init(connection: OpaquePointer) {
+    self.connection = connection
+  }
+
+  deinit { finalize() }
+
+  /// Finalizes every statement; they are prepared again when needed.
+  func finalize() {
+    for statement in statements.values { sqlite3_finalize(statement) }
+    statements = [:]
+    for (range, list) in existence.values {
+      sqlite3_finalize(range)
+      sqlite3_finalize(list)
+    }
+    existence = [:]
+  }
+
+  private func prepare(_ sql: String) throws -> OpaquePointer {
+    var statement: OpaquePointer?
+    let code = sqlite3_prepare_v3(connection, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
+    guard code == SQLITE_OK, let statement else {
+      throw DatabaseError(resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(connection)), sql: sql)
+    }
+    return statement
+  }
+
+  private func cached(_ sql: String) throws -> OpaquePointer {
+    if let statement = statements[sql] { return statement }
+    let statement = try prepare(sql)
+    statements[sql] = statement
+    return statement
+  }
+
+  /// Steps `statement` to its end; returns the first column of its first
+  /// row, if any.
+  @discardableResult
+  private func run(_ statement: OpaquePointer) throws -> Int64? {
+    defer {
+      sqlite3_reset(statement)
+      sqlite3_clear_bindings(statement)
+    }
+    var first: Int64?
+    while true {
+      switch sqlite3_step(statement) {
+      case SQLITE_ROW: if first == nil { first = sqlite3_column_int64(statement, 0) }
+      case SQLITE_DONE: return first
+      case let code:
+        throw DatabaseError(
+          resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(connection)),
+          sql: String(cString: sqlite3_sql(statement)))
+      }
+    }
+  }
+
+  func schemaVersion() throws -> Int64 { try run(cached("PRAGMA schema_version")) ?? 0 }
+
+  func lastSequence() throws -> Int64 {
+    try run(cached("SELECT coalesce(max(seq), 0) FROM \(StoreState.historyTable)")) ?? 0
+  }
+
+  /// Appends a history entry (see ``StoreState``), keeping the caller's
+  /// `last_insert_rowid`.
+  func appendHistory(_ changeSet: ChangeSet, payload: [UInt8], author: String?) throws {
+    let statement = try cached(
+      "INSERT INTO \(StoreState.historyTable)(seq, committed_at, author, pid, payload) VALUES (?, ?, ?, ?, ?)")
+    let savedRowID = sqlite3_last_insert_rowid(connection)
+    sqlite3_bind_int64(statement, 1, changeSet.sequence)
+    sqlite3_bind_int64(statement, 2, changeSet.committedAtNanoseconds)
+    if let author {
+      sqlite3_bind_text(statement, 3, author, -1, SQLITE_TRANSIENT_DESTRUCTOR)
+    } else {
+      sqlite3_bind_null(statement, 3)
+    }
+    sqlite3_bind_int64(statement, 4, Int64(changeSet.writerProcessID))
+    payload.withUnsafeBytes { bytes in
+      _ = sqlite3_bind_blob64(statement, 5, bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1), UInt64(bytes.count), SQLITE_TRANSIENT_DESTRUCTOR)
+    }
+    try run(statement)
+    sqlite3_set_last_insert_rowid(connection, savedRowID)
+  }
+
+  /// Which of the sorted `rowIDs` exist in `table`; nil when its rowid
+  /// cannot be named in SQL (columns shadow `rowid`, `_rowid_` and `oid`).
+  func existingRowIDs(among rowIDs: [Int64], in table: TableName, schemaVersion: Int64, _ db: Database) throws -> Set<Int64>? {
+    guard let first = rowIDs.first, let last = rowIDs.last else { return [] }
+    if schemaVersion != existenceVersion {
+      for (range, list) in existence.values {
+        sqlite3_finalize(range)
+        sqlite3_finalize(list)
+      }
+      existence = [:]
+      existenceVersion = schemaVersion
+    }
+    if existence[table] == nil {
+      guard let rowID = try SchemaSnapshot.rowIDName(of: table, db) else {
+        existence[table] = (nil, nil)
+        return nil
+      }
+      existence[table] = (
+        try prepare("SELECT \(rowID) FROM \(table.quoted) WHERE \(rowID) BETWEEN ? AND ?"),
+        try prepare("SELECT \(rowID) FROM \(table.quoted) WHERE \(rowID) IN (SELECT value FROM json_each(?))")
+      )
+    }
+    guard let (range, list) = existence[table], let range, let list else { return nil }
+    let statement: OpaquePointer
+    if last &- first == Int64(rowIDs.count - 1) {
+      // A dense range, the bulk case: one range scan, no list to pass.
+      statement = range
+      sqlite3_bind_int64(statement, 1, first)
+      sqlite3_bind_int64(statement, 2, last)
+    } else {
+      statement = list
+      let json = "[" + rowIDs.map(String.init).joined(separator: ",") + "]"
+      sqlite3_bind_text(statement, 1, json, -1, SQLITE_TRANSIENT_DESTRUCTOR)
+    }
+    defer {
+      sqlite3_reset(statement)
+      sqlite3_clear_bindings(statement)
+    }
+    var existing = Set<Int64>(minimumCapacity: rowIDs.count)
+    while true {
+      switch sqlite3_step(statement) {
+      case SQLITE_ROW: existing.insert(sqlite3_column_int64(statement, 0))
+      case SQLITE_DONE: return existing
+      case let code:
+        throw DatabaseError(
+          resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(connection)),
+          sql: String(cString: sqlite3_sql(statement)))
+      }
+    }
+  }
+}
+
+/// SQLite's "copy this buffer now" destructor, which Swift cannot import.
+let SQLITE_TRANSIENT_DESTRUCTOR = unsafeBitCast(-1, to: sqlite3_destructor_type.self)

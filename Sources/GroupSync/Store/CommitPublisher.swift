@@ -1,0 +1,59 @@
+import Logging
+import Synchronization
+
+/// Publishes committed change sets in commit order, outside the write lock.
+///
+/// GRDB tells the capture observer of each commit on the writer's queue,
+/// in commit order; the observer queues the change set here. The writing
+/// thread publishes once its transaction is over and the writer connection
+/// is free for the next one, so reads and other writes never wait for
+/// fan-out. Whoever publishes first publishes everything queued, in order,
+/// so commit order holds across the process's threads.
+final class CommitPublisher: Sendable {
+  typealias Deliver = @Sendable (ChangeSet, _ encoded: [UInt8]) -> [PublishFailure]
+  private let deliver: Deliver
+
+  /// A change set and what publishing it came to.
+  typealias Outcome = (changeSet: ChangeSet, failures: [PublishFailure])
+
+  private struct Queue {
+    var waiting: [(changeSet: ChangeSet, encoded: [UInt8], claimed: Bool)] = []
+    /// Published change sets whose writer has not picked them up yet.
+    var published: [Int64: Outcome] = [:]
+  }
+  private let queue = Locked(Queue())
+  /// Held while delivering, so that deliveries never overlap or reorder.
+  private let delivering = Locked(())
+
+  init(deliver: @escaping Deliver) {
+    self.deliver = deliver
+  }
+
+  /// Queues a committed change set and its encoding. `claimed`: a writer
+  /// will call ``publish(through:)`` for it.
+  func enqueue(_ changeSet: ChangeSet, encoded: [UInt8], claimed: Bool) {
+    queue.withLock { $0.waiting.append((changeSet, encoded, claimed)) }
+  }
+
+  /// Publishes everything queued, and returns the outcome for `sequence`
+  /// once it is published.
+  @discardableResult
+  func publish(through sequence: Int64?) -> Outcome? {
+    delivering.withLock { _ in
+      let batch = queue.withLock { queue in
+        defer { queue.waiting.removeAll(keepingCapacity: true) }
+        return queue.waiting
+      }
+      for (changeSet, encoded, claimed) in batch {
+        let failures = deliver(changeSet, encoded)
+        if !failures.isEmpty {
+          Logger.groupSync.error(
+            "change set \(changeSet.sequence) committed but not delivered to every listener (they read it from the history): \(failures)")
+        }
+        if claimed { queue.withLock { $0.published[changeSet.sequence] = (changeSet, failures) } }
+      }
+      guard let sequence else { return nil }
+      return queue.withLock { $0.published.removeValue(forKey: sequence) }
+    }
+  }
+}

@@ -1,0 +1,69 @@
+import CGroupSync
+import Foundation
+import GRDB
+
+/// GroupSync's bookkeeping inside a store:
+///
+/// - `groupsync_store`: one row with the store UUID, created once;
+/// - `groupsync_history`: one row per committed change set, appended in
+///   the transaction that made it. Its INTEGER PRIMARY KEY is the sequence
+///   number: the write lock makes `max(seq) + 1` gapless and in commit
+///   order across processes, as long as the newest row is never purged.
+enum StoreState {
+  static let table = "groupsync_store"
+  static let historyTable = "groupsync_history"
+
+  /// Creates the tables and the store UUID on first open; returns the UUID.
+  static func setUp(_ db: Database, path: String) throws -> UUID {
+    try db.execute(sql: """
+      CREATE TABLE IF NOT EXISTS \(table) (
+        id INTEGER PRIMARY KEY CHECK (id = 1), uuid TEXT NOT NULL, seq INTEGER NOT NULL);
+      CREATE TABLE IF NOT EXISTS \(historyTable) (
+        seq INTEGER PRIMARY KEY,
+        committed_at INTEGER NOT NULL,
+        author TEXT,
+        pid INTEGER NOT NULL,
+        payload BLOB NOT NULL);
+      """)
+    try db.execute(
+      sql: "INSERT OR IGNORE INTO \(table)(id, uuid, seq) VALUES (1, ?, 0)", arguments: [UUID().uuidString])
+    // A store from before the history kept its last number in
+    // groupsync_store.seq: carry it over as an unreadable row, so numbers
+    // go on from there (a listener asking for it gets a reset).
+    try db.execute(sql: """
+      INSERT INTO \(historyTable)(seq, committed_at, author, pid, payload)
+      SELECT seq, 0, 'groupsync-upgrade', 0, x'' FROM \(table)
+      WHERE id = 1 AND seq > 0 AND NOT EXISTS (SELECT 1 FROM \(historyTable))
+      """)
+    try History.setUp(db)
+    return try readStoreID(db, path: path)
+  }
+
+  static func readStoreID(_ db: Database, path: String) throws -> UUID {
+    let text = try String.fetchOne(db, sql: "SELECT uuid FROM \(table) WHERE id = 1")
+    guard let text, let id = UUID(uuidString: text) else {
+      throw GroupSyncError.invalidStore(path: path, reason: "\(table).uuid is missing or not a UUID")
+    }
+    return id
+  }
+
+  /// The last sequence number committed (0 before any).
+  static func readSequence(_ db: Database, path: String) throws -> Int64 {
+    // max() of an INTEGER PRIMARY KEY reads the last b-tree entry: O(log n).
+    try Int64.fetchOne(db.cachedStatement(sql: "SELECT coalesce(max(seq), 0) FROM \(historyTable)")) ?? 0
+  }
+
+  /// Appends `changeSet` (which holds its sequence number, the next one) to
+  /// the history, inside the open transaction.
+  static func append(_ changeSet: ChangeSet, payload: [UInt8], author: String?, _ db: Database) throws {
+    // The caller's last_insert_rowid survives our insert.
+    let savedRowID = db.lastInsertedRowID
+    try db.cachedStatement(sql: """
+      INSERT INTO \(historyTable)(seq, committed_at, author, pid, payload) VALUES (?, ?, ?, ?, ?)
+      """).execute(arguments: [
+        changeSet.sequence, changeSet.committedAtNanoseconds, author, changeSet.writerProcessID,
+        Data(payload),
+      ])
+    if let connection = db.sqliteConnection { sqlite3_set_last_insert_rowid(connection, savedRowID) }
+  }
+}

@@ -1,0 +1,330 @@
+import Foundation
+import GRDB
+import Testing
+
+@testable import GroupSync
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Another process of the same user may plant anything in the group
+/// folder. Each test keeps a decoy file and a decoy folder outside the group
+/// whose bytes and times must not change, whatever happens inside.
+@Suite(.serialized)
+struct HostileFolderTests {
+  static let schema = ListenerFixture.schema
+  static let insert = ListenerFixture.insert
+  static var options: ListenerOptions { ListenerFixture.options }
+
+  /// Files outside the group folder that nothing may touch.
+  struct Decoys {
+    let file: String
+    let folder: String
+    let inside: String
+    private let snapshot: [String: (bytes: Data, mtime: timespec)]
+
+    init(in parent: TemporaryFolder) throws {
+      file = parent.child("decoy-file")
+      folder = parent.child("decoy-folder")
+      inside = folder + "/precious.txt"
+      try Data("do not touch".utf8).write(to: URL(fileURLWithPath: file))
+      try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+      try Data("precious".utf8).write(to: URL(fileURLWithPath: inside))
+      var snapshot: [String: (bytes: Data, mtime: timespec)] = [:]
+      for path in [file, inside, folder] {
+        var info = stat()
+        stat(path, &info)
+        snapshot[path] = (path == folder ? Data() : try Data(contentsOf: URL(fileURLWithPath: path)), info.st_mtim)
+      }
+      self.snapshot = snapshot
+    }
+
+    /// Every decoy has its bytes and modification time, and the folder
+    /// holds exactly what it held.
+    func expectUntouched(_ comment: Comment? = nil, sourceLocation: SourceLocation = #_sourceLocation) {
+      for (path, old) in snapshot {
+        var info = stat()
+        #expect(stat(path, &info) == 0, "\(path) is gone", sourceLocation: sourceLocation)
+        #expect(
+          info.st_mtim.tv_sec == old.mtime.tv_sec && info.st_mtim.tv_nsec == old.mtime.tv_nsec,
+          "\(path) was modified \(comment.map { "(\($0))" } ?? "")", sourceLocation: sourceLocation)
+        if path != folder {
+          #expect((try? Data(contentsOf: URL(fileURLWithPath: path))) == old.bytes, "\(path) changed", sourceLocation: sourceLocation)
+        }
+      }
+      #expect(ProcessHarness.entries(folder) == ["precious.txt"], "\(folder) holds other entries", sourceLocation: sourceLocation)
+    }
+  }
+
+  func makeGroup(_ folder: TemporaryFolder) async throws -> (String, GroupFolder) {
+    let directory = try await ProcessHarness.initGroup(folder, schema: Self.schema)
+    return (directory, try GroupFolder(path: directory, create: false))
+  }
+
+  /// Waits until `listener` delivers `written`, skipping exactly `resets`
+  /// resets on the way.
+  func expectDelivery(
+    _ listener: Listener, _ written: [ChangeSetLine], resets: Int = 0, sourceLocation: SourceLocation = #_sourceLocation
+  ) async throws {
+    var seenResets = 0
+    var delivered: [ChangeSetLine] = []
+    while delivered.count < written.count {
+      guard let event = await ListenerHarness.next(listener, timeout: .seconds(10)) else {
+        Issue.record("nothing delivered; got \(delivered), \(seenResets) resets", sourceLocation: sourceLocation)
+        return
+      }
+      switch event {
+      case .changes(let changeSet): delivered.append(ChangeSetLine(changeSet))
+      case .reset: seenResets += 1
+      }
+    }
+    #expect(delivered == written, sourceLocation: sourceLocation)
+    #expect(seenResets == resets, "resets", sourceLocation: sourceLocation)
+  }
+
+  // MARK: Symlinks
+
+  @Test func anInboxReplacedByASymlinkIsNeverFollowed() async throws {
+    let folder = try TemporaryFolder()
+    let decoys = try Decoys(in: folder)
+    let (directory, group) = try await makeGroup(folder)
+    let listener = try group.listen(as: "victim", options: Self.options)
+    let inbox = group.layout.inbox("victim")
+    try FileManager.default.removeItem(atPath: inbox)
+    try FileManager.default.createSymbolicLink(atPath: inbox, withDestinationPath: decoys.folder)
+    // Writers refuse the symlink; the listener notices, makes its inbox
+    // again and resets once; delivery goes on.
+    let first = try await ProcessHarness.run(["exec", directory, "--json"] + Self.insert)
+    _ = try await ListenerHarness.nextReset(listener)
+    decoys.expectUntouched("while running")
+    let written = try await ProcessHarness.exec(directory, repeat: 2, Self.insert)
+    try await expectDelivery(listener, written)
+    #expect(first.status == 0 || first.status == 3)
+    // Planted again, then the listener closes, and a new one starts.
+    try FileManager.default.removeItem(atPath: inbox)
+    try FileManager.default.createSymbolicLink(atPath: inbox, withDestinationPath: decoys.folder)
+    listener.close()
+    decoys.expectUntouched("on close")
+    let again = try group.listen(as: "victim", options: Self.options)
+    defer { again.close() }
+    decoys.expectUntouched("on the next start")
+    var info = stat()
+    #expect(lstat(inbox, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR, "a real inbox was made again")
+    let later = try await ProcessHarness.exec(directory, Self.insert)
+    try await expectDelivery(again, later)
+    decoys.expectUntouched()
+  }
+
+  @Test func aLockReplacedByASymlinkIsNeverWritten() async throws {
+    let folder = try TemporaryFolder()
+    let decoys = try Decoys(in: folder)
+    let (directory, group) = try await makeGroup(folder)
+    let first = try group.listen(as: "victim", options: Self.options)
+    first.close()
+    let lock = group.layout.lockFile("victim")
+    try FileManager.default.removeItem(atPath: lock)
+    try FileManager.default.createSymbolicLink(atPath: lock, withDestinationPath: decoys.file)
+    // Writers and status refuse it (not live)...
+    _ = try await ProcessHarness.exec(directory, Self.insert)
+    let status = try await ProcessHarness.status(directory)
+    #expect(status.listeners.first { $0.name == "victim" }?.isLive == false)
+    decoys.expectUntouched()
+    // ...and a listener taking the name replaces the symlink itself.
+    let listener = try group.listen(as: "victim", options: Self.options)
+    defer { listener.close() }
+    decoys.expectUntouched()
+    var info = stat()
+    #expect(lstat(lock, &info) == 0 && info.st_mode & S_IFMT == S_IFREG)
+    let written = try await ProcessHarness.exec(directory, Self.insert)
+    try await expectDelivery(listener, written)
+  }
+
+  @Test func aFIFOAsALockHangsNeitherWritersNorStatus() async throws {
+    let folder = try TemporaryFolder()
+    let decoys = try Decoys(in: folder)
+    let (directory, group) = try await makeGroup(folder)
+    let listener = try group.listen(as: "live", options: Self.options)
+    defer { listener.close() }
+    let planted = group.layout.listenerFolder("fifo")
+    try FileManager.default.createDirectory(atPath: planted + "/inbox", withIntermediateDirectories: true)
+    #expect(mkfifo(planted + "/lock", 0o644) == 0)
+    let written = try await ProcessHarness.exec(directory, repeat: 3, Self.insert)  // fails the test if it hangs (timeout)
+    try await expectDelivery(listener, written)
+    let status = try await ProcessHarness.run(["status", directory, "--json"], timeout: 20)
+    #expect(status.status == 0)
+    #expect(try await ProcessHarness.status(directory).listeners.first { $0.name == "fifo" }?.isLive == false)
+    // A listener taking that name replaces the FIFO.
+    let taker = try group.listen(as: "fifo", options: Self.options)
+    taker.close()
+    decoys.expectUntouched()
+  }
+
+  // MARK: Folders replaced or removed
+
+  @Test func anInboxReplacedByAFileIsMadeAgainWithOneReset() async throws {
+    let folder = try TemporaryFolder()
+    let decoys = try Decoys(in: folder)
+    let (directory, group) = try await makeGroup(folder)
+    let listener = try group.listen(as: "victim", options: Self.options)
+    defer { listener.close() }
+    let inbox = group.layout.inbox("victim")
+    try FileManager.default.removeItem(atPath: inbox)
+    try Data("not a folder".utf8).write(to: URL(fileURLWithPath: inbox))
+    // The writer cannot deliver to it: exec says so and exits 3.
+    let undelivered = try await ProcessHarness.run(["exec", directory] + Self.insert)
+    #expect(undelivered.status == 3, "\(undelivered.stderr)")
+    #expect(undelivered.stderr.contains("was not delivered to 'victim'") && undelivered.stdout.contains("committed sequence"))
+    _ = try await ListenerHarness.nextReset(listener)
+    let written = try await ProcessHarness.exec(directory, repeat: 3, Self.insert)
+    try await expectDelivery(listener, written)
+    decoys.expectUntouched()
+  }
+
+  @Test func removedListenersFolderIsMadeAgainWithOneReset() async throws {
+    let folder = try TemporaryFolder()
+    let (directory, group) = try await makeGroup(folder)
+    let listener = try group.listen(as: "victim", options: Self.options)
+    defer { listener.close() }
+    try FileManager.default.removeItem(atPath: group.layout.listeners)
+    _ = try await ListenerHarness.nextReset(listener)
+    let written = try await ProcessHarness.exec(directory, repeat: 3, Self.insert)
+    try await expectDelivery(listener, written)
+    // No further resets once it recovered.
+    #expect(await ListenerHarness.next(listener, timeout: .milliseconds(700)) == nil)
+    #expect(try await ProcessHarness.status(directory).listeners.first { $0.name == "victim" }?.isLive == true)
+  }
+
+  @Test func anInboxMadeAnewIsWatchedAgain() async throws {
+    let folder = try TemporaryFolder()
+    let (directory, group) = try await makeGroup(folder)
+    var options = Self.options
+    options.rescanInterval = .seconds(3600)  // only inotify can wake it up
+    let listener = try group.listen(as: "victim", options: options)
+    defer { listener.close() }
+    let inbox = group.layout.inbox("victim")
+    try FileManager.default.removeItem(atPath: inbox)
+    try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
+    _ = try await ListenerHarness.nextReset(listener, timeout: .seconds(5))
+    let started = ContinuousClock.now
+    let written = try await ProcessHarness.exec(directory, Self.insert)
+    let changeSet = try await ListenerHarness.nextChanges(listener, timeout: .seconds(5))
+    #expect(ChangeSetLine(changeSet) == written[0])
+    #expect(ContinuousClock.now - started < .seconds(2), "delivered by inotify, not by a rescan")
+  }
+
+  // MARK: Bad names, floods, leftovers
+
+  @Test func aFileNameThatIsNotUTF8IsRemovedWithOneReset() async throws {
+    let folder = try TemporaryFolder()
+    let (directory, group) = try await makeGroup(folder)
+    let listener = try group.listen(as: "victim", options: Self.options)
+    defer { listener.close() }
+    let name: [UInt8] = Array((group.layout.inbox("victim") + "/bad-").utf8) + [0xFF, 0xFE, 0x00]
+    let fd = name.withUnsafeBufferPointer {
+      $0.withMemoryRebound(to: CChar.self) { open($0.baseAddress!, O_CREAT | O_WRONLY, 0o644) }
+    }
+    #expect(fd >= 0)
+    close(fd)
+    let reset = try await ListenerHarness.nextReset(listener)
+    #expect(reset.reason.contains("bad-\\xff\\xfe"))
+    #expect(ProcessHarness.entries(group.layout.inbox("victim")).isEmpty)
+    let written = try await ProcessHarness.exec(directory, Self.insert)
+    try await expectDelivery(listener, written)
+  }
+
+  @Test func aFloodOfJunkIsOneResetAndAClearedInbox() async throws {
+    let folder = try TemporaryFolder()
+    let (directory, group) = try await makeGroup(folder)
+    let listener = try group.listen(as: "victim", options: Self.options)
+    defer { listener.close() }
+    let inbox = group.layout.inbox("victim")
+    for index in 0..<100_000 {
+      let fd = open(inbox + "/junk-\(index)", O_CREAT | O_WRONLY, 0o644)
+      if fd >= 0 { close(fd) }
+    }
+    let reset = try await ListenerHarness.nextReset(listener, timeout: .seconds(60))
+    #expect(reset.reason.contains("and 99995 more"), "\(reset.reason)")
+    #expect(ProcessHarness.entries(inbox).isEmpty)
+    let written = try await ProcessHarness.exec(directory, Self.insert)
+    try await expectDelivery(listener, written)
+  }
+
+  @Test func listingTwoThousandEntriesReadsEachNameWithinItsLength() throws {
+    // Under AddressSanitizer (make test), a copy of d_name past a short
+    // entry at the end of readdir's buffer is a heap-buffer-overflow.
+    let folder = try TemporaryFolder()
+    for index in 0..<2000 {
+      let fd = open(folder.child(String(repeating: "n", count: index % 7 + 1) + "\(index)"), O_CREAT | O_WRONLY, 0o644)
+      close(fd)
+    }
+    let directory = try SafeDirectory.root(folder.path)
+    var names = Set<String>()
+    try directory.forEachEntry { names.insert(String(decoding: $0, as: UTF8.self)) }
+    #expect(names.count == 2000)
+    #expect(names.contains("nnnnnnn1999") || names.contains("n1999") || names.count == 2000)
+  }
+
+  @Test func staleTemporaryFilesAreSweptByWriters() async throws {
+    let folder = try TemporaryFolder()
+    let (directory, group) = try await makeGroup(folder)
+    let listener = try group.listen(as: "live", options: Self.options)
+    defer { listener.close() }
+    let tmp = group.layout.tmp
+    let old = timespec(tv_sec: time(nil) - 3600, tv_nsec: 0)
+    for name in ["00000000000000000009.changeset.999999.1.tmp", "planted-junk", "00000000000000000009.changeset.\(getpid()).2.tmp"] {
+      try Data("x".utf8).write(to: URL(fileURLWithPath: tmp + "/" + name))
+      var times = [old, old]
+      #expect(utimensat(AT_FDCWD, tmp + "/" + name, &times, 0) == 0)
+    }
+    try Data("x".utf8).write(to: URL(fileURLWithPath: tmp + "/fresh"))
+    _ = try await ProcessHarness.exec(directory, Self.insert)
+    // The dead writer's file and old junk go; a live process's and a fresh file stay.
+    #expect(ProcessHarness.entries(tmp) == ["00000000000000000009.changeset.\(getpid()).2.tmp", "fresh"])
+  }
+
+  // MARK: Commits that were never published
+
+  @Test func aWriterKilledAfterCommitIsFilledFromTheHistory() async throws {
+    let folder = try TemporaryFolder()
+    let (directory, group) = try await makeGroup(folder)
+    let listener = try group.listen(as: "live", options: Self.options)
+    defer { listener.close() }
+    let watch = try await ProcessHarness.startWatch([directory, "--name", "other", "--json", "--count", "1", "--grace-ms", "200"])
+    // Exactly what a writer SIGKILLed between COMMIT and fan-out leaves:
+    // the row and its history entry, no file anywhere.
+    let changeSet = try ProcessHarness.commitWithoutPublishing(store: group.layout.store) { db in
+      try db.execute(sql: "INSERT INTO items(body) VALUES ('orphan')")
+      return ("items", db.lastInsertedRowID)
+    }
+    let delivered = try await ListenerHarness.nextChanges(listener, timeout: .seconds(5))
+    #expect(delivered == changeSet)
+    let other = try jsonLines(try await ProcessHarness.finish(watch, timeout: 10).stdout).map(ChangeSetLine.init(json:))
+    #expect(other == [ChangeSetLine(changeSet)])
+  }
+
+  @Test func aCommitWithoutAChangeSetIsAResetWithinTheRescanInterval() async throws {
+    let folder = try TemporaryFolder()
+    let (directory, group) = try await makeGroup(folder)
+    let listener = try group.listen(as: "live", options: Self.options)
+    defer { listener.close() }
+    // A foreign program: the sqlite3 shell, Python, a migration tool.
+    var configuration = Configuration()
+    configuration.busyMode = .timeout(10)
+    let foreign = try DatabaseQueue(path: group.layout.store, configuration: configuration)
+    try await foreign.write { try $0.execute(sql: "INSERT INTO items(body) VALUES ('sneaky')") }
+    let reset = try await ListenerHarness.nextReset(listener, timeout: .seconds(5))
+    #expect(reset.reason.contains("without a change set"))
+    // VACUUM by anyone is such a commit too.
+    try await foreign.writeWithoutTransaction { try $0.execute(sql: "VACUUM") }
+    let vacuum = try await ListenerHarness.nextReset(listener, timeout: .seconds(5))
+    #expect(vacuum.reason.contains("VACUUM"))
+    let status = try await ProcessHarness.status(directory)
+    #expect(status.lastForeignCommit?.listener == "live")
+    #expect(try await ProcessHarness.run(["status", directory]).stdout.contains("foreign:  a commit without a change set"))
+    // GroupSync's own commits are not mistaken for foreign ones.
+    let written = try await ProcessHarness.exec(directory, repeat: 2, Self.insert)
+    try await expectDelivery(listener, written)
+    #expect(await ListenerHarness.next(listener, timeout: .milliseconds(600)) == nil)
+  }
+}

@@ -1,0 +1,131 @@
+// The C capture on a real SQLite connection, under AddressSanitizer and
+// UBSan (make test-c): rows recorded by the pre-update hook, ignored
+// tables, the row budget, commit refusal, a replaced hook.
+#define SQLITE_ENABLE_PREUPDATE_HOOK 1
+#include "CGroupSync.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+
+#define CHECK(condition)                                           \
+  do {                                                             \
+    if (!(condition)) {                                            \
+      fprintf(stderr, "%s:%d: failed: %s\n", __FILE__, __LINE__,   \
+              #condition);                                         \
+      failures++;                                                  \
+    }                                                              \
+  } while (0)
+
+static void exec(sqlite3 *db, const char *sql) {
+  char *error = NULL;
+  if (sqlite3_exec(db, sql, NULL, NULL, &error) != SQLITE_OK) {
+    fprintf(stderr, "SQL failed: %s: %s\n", sql, error);
+    sqlite3_free(error);
+    exit(2);
+  }
+}
+
+static uint32_t table_index(gs_capture_t *c, const char *name) {
+  for (uint32_t i = 0; i < gs_capture_table_count(c); i++) {
+    if (strcmp(gs_capture_table_name(c, i), name) == 0) return i;
+  }
+  return UINT32_MAX;
+}
+
+static size_t rows_of(gs_capture_t *c, const char *name) {
+  const gs_row_change *rows;
+  size_t count = gs_capture_pending(c, &rows);
+  uint32_t index = table_index(c, name);
+  size_t found = 0;
+  for (size_t i = 0; i < count; i++) found += rows[i].table == index;
+  return found;
+}
+
+int main(void) {
+  sqlite3 *db;
+  CHECK(sqlite3_open(":memory:", &db) == SQLITE_OK);
+  exec(db,
+       "CREATE TABLE t(id INTEGER PRIMARY KEY, v);"
+       "CREATE TABLE big(v); CREATE TABLE skip_me(v);"
+       "CREATE TABLE groupsync_x(v)");
+  gs_capture_t *c;
+  CHECK(gs_capture_create(db, 0, &c) == GS_OK);
+  CHECK(gs_capture_uses_preupdate_hook(c));
+  CHECK(gs_capture_ignore_prefix(c, "groupsync_") == GS_OK);
+  CHECK(gs_capture_ignore_table(c, "skip_me") == GS_OK);
+
+  // Rows, ignored tables, and the temp schema.
+  exec(db, "CREATE TEMP TABLE scratch(v)");
+  exec(db,
+       "BEGIN; INSERT INTO t(id, v) VALUES (1, 'a'), (2, 'b');"
+       "UPDATE t SET id = 20 WHERE id = 2; DELETE FROM t WHERE id = 1;"
+       "INSERT INTO skip_me VALUES (1); INSERT INTO groupsync_x VALUES (1);"
+       "INSERT INTO scratch VALUES (1)");
+  const gs_row_change *rows;
+  size_t count = gs_capture_pending(c, &rows);
+  CHECK(count == 5);  // 2 inserts, a rowid change (delete + insert), a delete
+  CHECK(rows_of(c, "t") == 5);
+  CHECK(table_index(c, "scratch") == UINT32_MAX);
+  CHECK(gs_capture_has_changes(c));
+  CHECK(gs_capture_will_commit(c) == GS_CAPTURE_UNSEQUENCED);
+  gs_capture_mark_sequenced(c);
+  CHECK(gs_capture_will_commit(c) == 0);
+  exec(db, "INSERT INTO t(id, v) VALUES (3, 'late')");
+  CHECK(gs_capture_will_commit(c) == GS_CAPTURE_UNSEQUENCED);
+  exec(db, "COMMIT");
+  gs_capture_did_commit(c);
+  CHECK(gs_capture_pending(c, &rows) == 0);
+  CHECK(!gs_capture_has_changes(c));
+
+  // The row budget: the largest table is invalidated, its rows dropped,
+  // later rows of it skipped; memory stays bounded.
+  gs_capture_set_row_budget(c, 100);
+  exec(db,
+       "BEGIN; INSERT INTO t(id, v) VALUES (100, 'x');"
+       "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+       "WHERE i < 5000) INSERT INTO big SELECT i FROM n;"
+       "INSERT INTO t(id, v) VALUES (101, 'y')");
+  CHECK(gs_capture_table_invalidated(c, table_index(c, "big")));
+  CHECK(!gs_capture_table_invalidated(c, table_index(c, "t")));
+  CHECK(rows_of(c, "big") == 0);
+  CHECK(rows_of(c, "t") == 2);
+  exec(db, "ROLLBACK");
+  gs_capture_did_rollback(c);
+  CHECK(!gs_capture_table_invalidated(c, table_index(c, "big")));
+  gs_capture_set_row_budget(c, 0);
+
+  // Explicit invalidation counts as a change.
+  gs_capture_invalidate(c, "t");
+  CHECK(gs_capture_has_changes(c));
+  CHECK(gs_capture_will_commit(c) == GS_CAPTURE_UNSEQUENCED);
+  gs_capture_invalidate(c, "groupsync_x");  // internal: ignored
+  gs_capture_did_rollback(c);
+
+  // A replaced hook is detected (and ours put back).
+  CHECK(gs_capture_hook_intact(c));
+  sqlite3_preupdate_hook(db, NULL, NULL);
+  CHECK(!gs_capture_hook_intact(c));
+  CHECK(gs_capture_hook_intact(c));
+
+  // The fallback: rows fed by the owner.
+  gs_capture_t *fallback;
+  CHECK(gs_capture_create(db, GS_CAPTURE_NO_PREUPDATE_HOOK, &fallback) ==
+        GS_OK);
+  CHECK(!gs_capture_uses_preupdate_hook(fallback));
+  gs_capture_record(fallback, SQLITE_INSERT, "main", "t", 7);
+  gs_capture_record(fallback, SQLITE_INSERT, "temp", "t", 8);
+  CHECK(gs_capture_pending(fallback, &rows) == 1 && rows[0].rowid == 7);
+  gs_capture_close(fallback);
+
+  gs_capture_close(c);
+  sqlite3_close(db);
+  if (failures) {
+    fprintf(stderr, "capture_test: %d failure(s)\n", failures);
+    return 1;
+  }
+  printf("capture_test: ok\n");
+  return 0;
+}
