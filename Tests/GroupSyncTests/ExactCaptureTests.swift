@@ -146,6 +146,36 @@ struct ExactCaptureTests {
     #expect(direct?.invalidatedTableNames == ["by_n"], "its rowids are the values of n")
   }
 
+  /// Found by the differential test (seed 1): writing an external-content
+  /// index directly for a row its content table already holds changes what
+  /// a search finds, not which rows exist: the row is updated, not inserted.
+  /// (seed 120): FTS3/4 read `content=''` as a table named "" when one
+  /// exists, so such an index shows that table's rows.
+  @Test func anIndexWrittenDirectlyUpdatesRowsItsContentTableHolds() throws {
+    let folder = try TemporaryFolder()
+    let group = try GroupFolder(path: folder.child("group"))
+    try group.store.write { db in
+      try db.execute(sql: """
+        CREATE TABLE docs(id INTEGER PRIMARY KEY, body TEXT);
+        CREATE VIRTUAL TABLE docs_fts USING fts5(body, content='docs', content_rowid='id');
+        INSERT INTO docs(id, body) VALUES (1, 'a');
+        CREATE VIRTUAL TABLE "" USING fts4(a);
+        CREATE VIRTUAL TABLE reads_empty USING fts4(a, content="");
+        INSERT INTO ""(rowid, a) VALUES (7, 'x');
+        """)
+    }
+    let (_, indexed) = try group.store.writeAndReturnChangeSet { db in
+      try db.execute(sql: "INSERT OR REPLACE INTO docs_fts(rowid, body) VALUES (1, 'a')")
+    }
+    #expect(indexed?.tables["docs_fts"] == TableChanges(updated: [1]))
+    #expect(indexed?.tables["docs"] == nil)
+    let (_, deleted) = try group.store.writeAndReturnChangeSet { db in
+      try db.execute(sql: #"DELETE FROM """#)
+    }
+    #expect(deleted?.tables[""] == TableChanges(deleted: [7]))
+    #expect(deleted?.tables["reads_empty"] == TableChanges(deleted: [7]))
+  }
+
   @Test func aFailedStatementCaughtInsideTheTransactionIsNotReported() throws {
     let folder = try TemporaryFolder()
     let group = try GroupFolder(path: folder.child("group"))

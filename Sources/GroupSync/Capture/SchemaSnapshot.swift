@@ -93,12 +93,16 @@ struct SchemaSnapshot {
     var externalContents: [TableName: ExternalContent] = [:]
     for (table, module) in virtualModules where ["fts5", "fts4", "fts3"].contains(module) {
       let options = contentOptions(entries[table]?.sql ?? "")
-      guard let content = options.content, !content.isEmpty else { continue }  // content='': contentless
+      guard let content = options.content else { continue }
+      // content='' is contentless, except that FTS3/4 then read a table
+      // named "" when one exists.
+      if content.isEmpty && (module == "fts5" || kinds[TableName("")] == nil) { continue }
       // SQLite finds the content table ignoring ASCII case.
       let name = kinds.keys.first { $0 == TableName(content) }
         ?? kinds.keys.first { asciiLowercased($0.name) == asciiLowercased(content) } ?? TableName(content)
       let rowIDColumn = module == "fts5" ? options.contentRowID ?? "rowid" : "rowid"
-      let sharesRowIDs = try kinds[name] == .rowID && isRowID(rowIDColumn, of: name, db)
+      let readsByRowID = kinds[name] == .rowID || kinds[name] == .virtual
+      let sharesRowIDs = try readsByRowID && isRowID(rowIDColumn, of: name, db)
       externalContents[table] = ExternalContent(content: name, sharesRowIDs: sharesRowIDs)
     }
     return SchemaSnapshot(
