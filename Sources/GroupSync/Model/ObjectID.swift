@@ -3,7 +3,8 @@ import Foundation
 /// The identity of one row in a store, as a URI that any process can parse.
 ///
 /// The URI is `x-groupsync://<STORE-UUID>/<table>/p<rowid>`, the table name
-/// percent-encoded. For example:
+/// percent-encoded. An object a ``Context`` inserted and has not saved yet
+/// has a temporary ID, `.../t<n>`, that becomes permanent at save. For example:
 ///
 /// ```swift
 /// let id = try ObjectID(uri: "x-groupsync://6F9619FF-8B86-D011-B42D-00C04FC964FF/notes/p42")
@@ -15,13 +16,20 @@ public struct ObjectID: Hashable, Sendable, CustomStringConvertible {
   public let storeID: UUID
   /// The row's table.
   public let table: String
-  /// The row's rowid.
+  /// The row's rowid (for a temporary ID, a number unique in its context).
   public let rowID: Int64
+  /// An unsaved object's ID, valid only in the context that made it.
+  public let isTemporary: Bool
 
   public init(storeID: UUID, table: String, rowID: Int64) {
+    self.init(storeID: storeID, table: table, rowID: rowID, isTemporary: false)
+  }
+
+  init(storeID: UUID, table: String, rowID: Int64, isTemporary: Bool) {
     self.storeID = storeID
     self.table = table
     self.rowID = rowID
+    self.isTemporary = isTemporary
   }
 
   /// Parses an object URI; throws ``GroupSyncError/invalidURI(_:reason:)``
@@ -31,11 +39,12 @@ public struct ObjectID: Hashable, Sendable, CustomStringConvertible {
     guard let rowID = parsed.rowID else {
       throw GroupSyncError.invalidURI(uri, reason: "it names a table, not a row (no '/p<rowid>' segment)")
     }
-    self.init(storeID: parsed.storeID, table: parsed.table, rowID: rowID)
+    self.init(storeID: parsed.storeID, table: parsed.table, rowID: rowID, isTemporary: parsed.isTemporary)
   }
 
-  /// The URI: `x-groupsync://<STORE-UUID>/<table>/p<rowid>`.
-  public var uri: String { GroupSyncURI.format(storeID, table, rowID) }
+  /// The URI: `x-groupsync://<STORE-UUID>/<table>/p<rowid>` (`t<n>` for a
+  /// temporary ID).
+  public var uri: String { GroupSyncURI.format(storeID, table, rowID, temporary: isTemporary) }
 
   /// The table this row belongs to.
   public var tableID: TableID { TableID(storeID: storeID, table: table) }
@@ -44,13 +53,15 @@ public struct ObjectID: Hashable, Sendable, CustomStringConvertible {
 
   /// Table names compare by their bytes, as SQLite compares them.
   public static func == (a: ObjectID, b: ObjectID) -> Bool {
-    a.rowID == b.rowID && a.storeID == b.storeID && TableName(a.table) == TableName(b.table)
+    a.rowID == b.rowID && a.isTemporary == b.isTemporary && a.storeID == b.storeID
+      && TableName(a.table) == TableName(b.table)
   }
 
   public func hash(into hasher: inout Hasher) {
     hasher.combine(storeID)
     hasher.combine(TableName(table))
     hasher.combine(rowID)
+    hasher.combine(isTemporary)
   }
 }
 
@@ -94,13 +105,13 @@ public struct TableID: Hashable, Sendable, CustomStringConvertible {
 enum GroupSyncURI {
   static let scheme = "x-groupsync://"
 
-  static func format(_ storeID: UUID, _ table: String, _ rowID: Int64?) -> String {
+  static func format(_ storeID: UUID, _ table: String, _ rowID: Int64?, temporary: Bool = false) -> String {
     var uri = scheme + storeID.uuidString + "/" + percentEncode(table)
-    if let rowID { uri += "/p" + String(rowID) }
+    if let rowID { uri += (temporary ? "/t" : "/p") + String(rowID) }
     return uri
   }
 
-  static func parse(_ uri: String) throws -> (storeID: UUID, table: String, rowID: Int64?) {
+  static func parse(_ uri: String) throws -> (storeID: UUID, table: String, rowID: Int64?, isTemporary: Bool) {
     func fail(_ reason: String) -> GroupSyncError { GroupSyncError.invalidURI(uri, reason: reason) }
     guard uri.hasPrefix(scheme) else { throw fail("it does not start with '\(scheme)'") }
     let segments = uri.dropFirst(scheme.count).split(separator: "/", omittingEmptySubsequences: false)
@@ -114,12 +125,13 @@ enum GroupSyncURI {
     guard let table = percentDecode(segments[1]) else {
       throw fail("the table name is not properly percent-encoded")
     }
-    guard segments.count == 3 else { return (storeID, table, nil) }
+    guard segments.count == 3 else { return (storeID, table, nil, false) }
     let key = segments[2]
-    guard key.first == "p", let rowID = Int64(key.dropFirst()), String(rowID) == key.dropFirst() else {
-      throw fail("'\(key)' is not a rowid segment ('p' and a canonical integer)")
+    guard key.first == "p" || key.first == "t", let rowID = Int64(key.dropFirst()), String(rowID) == key.dropFirst()
+    else {
+      throw fail("'\(key)' is not a rowid segment ('p' and a canonical integer, or 't' for a temporary ID)")
     }
-    return (storeID, table, rowID)
+    return (storeID, table, rowID, key.first == "t")
   }
 
   /// Encodes every byte outside RFC 3986's unreserved set.

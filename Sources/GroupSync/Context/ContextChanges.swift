@@ -1,0 +1,26 @@
+/// What one merge or save changed, as a context tells it (Core Data's
+/// objects-did-change notification).
+public struct ContextChanges: Sendable, Equatable {
+  /// Rows the store gained (another process's inserts, or this context's
+  /// saved inserts under their permanent IDs).
+  public var inserted: Set<ObjectID> = []
+  /// Rows whose values changed in the store.
+  public var updated: Set<ObjectID> = []
+  /// Rows deleted from the store.
+  public var deleted: Set<ObjectID> = []
+  /// Registered objects re-read because their table was invalidated or the
+  /// context was reset.
+  public var refreshed: Set<ObjectID> = []
+  /// Tables any row of which may have changed.
+  public var invalidated: Set<TableID> = []
+  /// Whether everything was refreshed (a listener's reset).
+  public var isReset = false
+  /// The change set merged or written, when there was one.
+  public var sequence: Int64?
+
+  public init() {}
+
+  public var isEmpty: Bool {
+    inserted.isEmpty && updated.isEmpty && deleted.isEmpty && refreshed.isEmpty && invalidated.isEmpty && !isReset
+  }
+}

@@ -1,0 +1,175 @@
+import Foundation
+import GRDB
+
+/// A live, ordered list of the rows a ``FetchRequest`` selects, kept current
+/// by its context's merges and saves: Core Data's fetched results
+/// controller.
+///
+/// For a change set it checks only the changed rowids against the request
+/// (one query) and reports a ``ResultsChange``: a `CollectionDifference`
+/// with moves, and the IDs updated in place. It re-runs the whole request
+/// only when it must: the table was invalidated, the context reset, the
+/// filter reads another table that changed, or the request has a limit.
+///
+/// ```swift
+/// let controller = try ResultsController(context: context,
+///   request: FetchRequest(table: "note", filter: "done = 0", orderBy: [.ascending("body")]))
+/// controller.onChange { change in
+///   rows = rows.applying(change.difference)!   // animate instead of reloading
+/// }
+/// ```
+public final class ResultsController {
+  public let request: FetchRequest
+  public let context: Context
+  /// The rowids in order, their sort keys alongside.
+  private var rowIDs: [Int64] = []
+  private var keys: [[DatabaseValue]] = []
+  private var keysByRowID: [Int64: [DatabaseValue]] = [:]
+  /// Tables other than the request's that its filter reads.
+  private var otherTables: Set<TableName> = []
+  private var observers: [(ResultsChange) -> Void] = []
+  private var continuations: [UUID: AsyncStream<ResultsChange>.Continuation] = [:]
+  private let order: KeyOrder
+
+  /// Runs the request once and registers its objects in `context`.
+  public init(context: Context, request: FetchRequest) throws {
+    self.context = context
+    self.request = request
+    self.order = KeyOrder(request.sortDescriptors)
+    try performFetch(notify: false)
+    context.addController(self)
+  }
+
+  deinit {
+    for continuation in continuations.values { continuation.finish() }
+  }
+
+  /// The number of rows.
+  public var count: Int { rowIDs.count }
+
+  /// The IDs of the rows, in order.
+  public var objectIDs: [ObjectID] { rowIDs.map(objectID) }
+
+  /// The ID of the row at `index`.
+  public func objectID(at index: Int) -> ObjectID { objectID(rowIDs[index]) }
+
+  /// The row at `index`, registered in the context.
+  public func object(at index: Int) throws -> ManagedObject { try context.object(with: objectID(at: index)) }
+
+  /// Calls `body` after each change of the list.
+  public func onChange(_ body: @escaping (ResultsChange) -> Void) {
+    observers.append(body)
+  }
+
+  /// Each change of the list from now on.
+  public var changes: AsyncStream<ResultsChange> {
+    let (stream, continuation) = AsyncStream.makeStream(of: ResultsChange.self)
+    continuations[UUID()] = continuation
+    return stream
+  }
+
+  /// Re-runs the whole request; `notify`: report the difference.
+  func performFetch(notify: Bool) throws {
+    let (rows, others) = try context.store.read { db in
+      let others = try request.readTables(db, tables: context.tables).subtracting([TableName(request.table)])
+      return (try request.fetchRows(db, tables: context.tables), others)
+    }
+    otherTables = others
+    let old = rowIDs
+    rowIDs = rows.map(\.rowID)
+    keys = rows.map(\.keys)
+    keysByRowID = Dictionary(rows.map { ($0.rowID, $0.keys) }, uniquingKeysWith: { a, _ in a })
+    for row in rows { context.register(rowID: row.rowID, table: request.table, values: row.values) }
+    if notify { report(from: old, changed: Set(rowIDs)) }
+  }
+
+  /// Brings the list up to date with a merged or saved change set.
+  func apply(_ changeSet: ChangeSet) throws {
+    guard changeSet.storeID == context.store.storeID else { return }
+    let table = TableName(request.table)
+    let touched = changeSet.tables[table]
+    let othersChanged = otherTables.contains { changeSet.tables[$0] != nil || changeSet.invalidatedTableNames.contains($0) }
+    if changeSet.invalidatedTableNames.contains(table) || othersChanged || (request.limit != nil && touched != nil) {
+      return try performFetch(notify: true)
+    }
+    guard let touched else { return }
+    let changed = Array(Set(touched.inserted + touched.updated)).sorted()
+    let matching = try context.store.read { db in
+      try request.fetchRows(db, tables: context.tables, onlyRowIDs: changed)
+    }
+    let old = rowIDs
+    for rowID in touched.deleted + changed { remove(rowID) }
+    for row in matching {
+      insert(row)
+      context.register(rowID: row.rowID, table: request.table, values: row.values)
+    }
+    report(from: old, changed: Set(matching.map(\.rowID)))
+  }
+
+  private func remove(_ rowID: Int64) {
+    guard let key = keysByRowID.removeValue(forKey: rowID) else { return }
+    let index = position(of: key, rowID)
+    rowIDs.remove(at: index)
+    keys.remove(at: index)
+  }
+
+  private func insert(_ row: FetchedRow) {
+    let index = position(of: row.keys, row.rowID)
+    rowIDs.insert(row.rowID, at: index)
+    keys.insert(row.keys, at: index)
+    keysByRowID[row.rowID] = row.keys
+  }
+
+  /// Where (keys, rowid) is or belongs in the list: a binary search in the
+  /// request's order, rowid last.
+  private func position(of key: [DatabaseValue], _ rowID: Int64) -> Int {
+    var low = 0
+    var high = rowIDs.count
+    while low < high {
+      let middle = (low + high) / 2
+      if order.precedes(keys[middle], rowIDs[middle], key, rowID) { low = middle + 1 } else { high = middle }
+    }
+    return low
+  }
+
+  /// Tells observers how the list went from `old` to now; `changed`: rows
+  /// re-read, which are updated in place unless they moved.
+  private func report(from old: [Int64], changed: Set<Int64>) {
+    let difference = rowIDs.difference(from: old).inferringMoves()
+    var moved = Set<Int64>()
+    for change in difference {
+      if case .insert(_, let rowID, _) = change { moved.insert(rowID) }
+    }
+    let updated = changed.isEmpty ? [] : rowIDs.filter { changed.contains($0) && !moved.contains($0) }
+    let change = ResultsChange(
+      difference: CollectionDifference(difference.map { $0.mapped(objectID) })!,
+      updated: updated.map(objectID))
+    guard !change.isEmpty else { return }
+    for observer in observers { observer(change) }
+    for continuation in continuations.values { continuation.yield(change) }
+  }
+
+  private func objectID(_ rowID: Int64) -> ObjectID {
+    ObjectID(storeID: context.store.storeID, table: request.table, rowID: rowID)
+  }
+}
+
+/// How a results controller's list changed.
+public struct ResultsChange: Sendable {
+  /// Apply it to the old list of IDs to get the new one; moves are paired
+  /// (`associatedWith`).
+  public let difference: CollectionDifference<ObjectID>
+  /// Rows whose values changed and that stayed where they were.
+  public let updated: [ObjectID]
+
+  public var isEmpty: Bool { difference.isEmpty && updated.isEmpty }
+}
+
+extension CollectionDifference.Change {
+  fileprivate func mapped<T>(_ transform: (ChangeElement) -> T) -> CollectionDifference<T>.Change {
+    switch self {
+    case .insert(let offset, let element, let associated): .insert(offset: offset, element: transform(element), associatedWith: associated)
+    case .remove(let offset, let element, let associated): .remove(offset: offset, element: transform(element), associatedWith: associated)
+    }
+  }
+}

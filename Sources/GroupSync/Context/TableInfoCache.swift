@@ -1,0 +1,66 @@
+import GRDB
+
+/// What a context needs of each table it reads: a rowid alias that no
+/// column shadows, and a quoted name; and the reads by rowid it makes.
+final class TableInfoCache {
+  struct Info {
+    /// `_rowid_`, `rowid` or `oid`: the first that is not a column name.
+    let rowIDName: String
+    let quotedName: String
+  }
+
+  private var infos: [TableName: Info] = [:]
+
+  func info(_ table: TableName, _ db: Database) throws -> Info {
+    if let info = infos[table] { return info }
+    let entry = try Row.fetchOne(
+      db.cachedStatement(sql: "SELECT type, wr FROM pragma_table_list WHERE schema = 'main' AND name = ?"),
+      arguments: [table.name])
+    guard let entry, ["table", "virtual"].contains(entry[0] as String), (entry[1] as Int64) == 0 else {
+      throw ContextError.invalidRequest(
+        entry == nil ? "the store has no table '\(table.name)'" : "'\(table.name)' is not a table with rowids")
+    }
+    let columns = try String.fetchAll(
+      db.cachedStatement(sql: "SELECT name FROM pragma_table_xinfo(?, 'main')"), arguments: [table.name])
+    let taken = Set(columns.map(Self.asciiLowercased))
+    guard let alias = ["_rowid_", "rowid", "oid"].first(where: { !taken.contains($0) }) else {
+      throw ContextError.invalidRequest("every rowid alias of '\(table.name)' is a column name")
+    }
+    let info = Info(rowIDName: alias, quotedName: table.name.quotedDatabaseIdentifier)
+    infos[table] = info
+    return info
+  }
+
+  /// A table's schema may have changed.
+  func forget(_ table: TableName) { infos[table] = nil }
+  func forgetAll() { infos = [:] }
+
+  /// The rows of `table` among `rowIDs` that exist, by rowid: one query,
+  /// whatever the number of rowids.
+  func rows(of table: TableName, rowIDs: [Int64], _ db: Database) throws -> [Int64: RowValues] {
+    guard !rowIDs.isEmpty else { return [:] }
+    let info = try info(table, db)
+    let statement = try db.cachedStatement(
+      sql: "SELECT \(info.rowIDName), * FROM \(info.quotedName) WHERE \(info.rowIDName) IN (SELECT value FROM json_each(?))")
+    let list = "[" + rowIDs.map(String.init).joined(separator: ",") + "]"
+    var found: [Int64: RowValues] = [:]
+    found.reserveCapacity(rowIDs.count)
+    let cursor = try Row.fetchCursor(statement, arguments: [list])
+    while let row = try cursor.next() {
+      found[row[0]] = RowValues(row, droppingFirst: 1)
+    }
+    return found
+  }
+
+  /// The current row of one rowid, or nil.
+  func row(of table: TableName, rowID: Int64, _ db: Database) throws -> RowValues? {
+    let info = try info(table, db)
+    let statement = try db.cachedStatement(
+      sql: "SELECT \(info.rowIDName), * FROM \(info.quotedName) WHERE \(info.rowIDName) = ?")
+    return try Row.fetchOne(statement, arguments: [rowID]).map { RowValues($0, droppingFirst: 1) }
+  }
+
+  static func asciiLowercased(_ name: String) -> String {
+    String(decoding: name.utf8.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self)
+  }
+}
