@@ -19,6 +19,7 @@
 struct gs_capture_s {
   sqlite3 *db;
   bool uses_preupdate;
+  bool detached;  // the hook was uninstalled: never touch the connection again
 
   char **ignored_prefixes;
   size_t ignored_count;
@@ -206,11 +207,21 @@ int gs_capture_create(sqlite3 *db, int options, gs_capture_t **out) {
 
 void gs_capture_close(gs_capture_t *c) {
   if (!c) return;
-  if (c->uses_preupdate) {
+  gs_capture_detach(c);
+  gs_capture_free(c);
+}
+
+void gs_capture_detach(gs_capture_t *c) {
+  if (c->uses_preupdate && !c->detached) {
     // Put back whatever another party installed after us.
     void *previous = sqlite3_preupdate_hook(c->db, NULL, NULL);
     if (previous != c) sqlite3_preupdate_hook(c->db, NULL, previous);
   }
+  c->detached = true;
+}
+
+void gs_capture_free(gs_capture_t *c) {
+  if (!c) return;
   for (uint32_t i = 0; i < c->table_count; i++) free(c->tables[i]);
   for (size_t i = 0; i < c->ignored_count; i++) free(c->ignored_prefixes[i]);
   free(c->ignored_prefixes);
@@ -256,7 +267,7 @@ int gs_capture_uses_preupdate_hook(const gs_capture_t *c) {
 }
 
 int gs_capture_hook_intact(const gs_capture_t *c) {
-  if (!c->uses_preupdate) return 0;
+  if (!c->uses_preupdate || c->detached) return 0;
   // sqlite3_preupdate_hook returns the previous context: reinstall ours
   // and see whether it was still there.
   void *previous = sqlite3_preupdate_hook(c->db, gs__preupdate, (void *)c);

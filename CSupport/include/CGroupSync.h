@@ -100,6 +100,15 @@ int gs_capture_create(sqlite3 *db, int options,
 /// capture. Call before sqlite3_close.
 void gs_capture_close(gs_capture_t *_Nullable capture);
 
+/// Uninstalls the hook (if it is still the capture's); the capture records
+/// nothing more. The connection must be open.
+void gs_capture_detach(gs_capture_t *_Nonnull capture);
+
+/// Frees the capture without touching its connection, which may be closed
+/// already: after gs_capture_detach, or once the connection is closed
+/// (a closed connection runs no hook).
+void gs_capture_free(gs_capture_t *_Nullable capture);
+
 /// Adds a table-name prefix that is never captured. Call before any row is
 /// captured.
 int gs_capture_ignore_prefix(gs_capture_t *capture, const char *prefix);

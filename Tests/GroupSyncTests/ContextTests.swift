@@ -30,9 +30,18 @@ struct ContextTests {
 
   func id(_ rowID: Int64) -> ObjectID { ObjectID(storeID: group.store.storeID, table: "note", rowID: rowID) }
 
-  /// Another writer of the store, as another process would be.
+  /// Another writer of the store, in this process.
   func storeWrite(_ sql: String) throws -> ChangeSet {
     try group.store.writeAndReturnChangeSet { db in try db.execute(sql: sql) }.changeSet!
+  }
+
+  /// Another process writes (`groupsync exec`); its change set, read back
+  /// from the history.
+  func otherProcessWrites(_ sql: String) throws -> ChangeSet {
+    let before = try group.store.currentSequence()
+    let result = try CLI.run(["exec", group.path, sql])
+    #expect(result.status == 0, "\(result.stderr)")
+    return try #require(try group.store.history(after: before).first).changeSet.get()
   }
 
   @Test func oneObjectPerIDAndFaultsLoadOnFirstAccess() throws {
@@ -147,7 +156,7 @@ struct ContextTests {
     let context = Context(group, mergePolicy: policy)
     let object = try context.existingObject(with: id(1))
     try object.set("body", to: "mine")
-    _ = try storeWrite("UPDATE note SET body = 'theirs', rank = 7 WHERE id = 1")
+    _ = try otherProcessWrites("UPDATE note SET body = 'theirs', rank = 7 WHERE id = 1")
     return (context, object)
   }
 
@@ -224,7 +233,7 @@ struct ContextTests {
     let context = Context(group, mergePolicy: policy)
     let object = try context.existingObject(with: id(1))
     try object.set("body", to: "mine")
-    let deletion = try storeWrite("DELETE FROM note WHERE id = 1")
+    let deletion = try otherProcessWrites("DELETE FROM note WHERE id = 1")
     try context.merge(deletion)
     #expect(object.isGone && object.hasChanges)
     switch policy {
@@ -248,7 +257,7 @@ struct ContextTests {
       let context = Context(group, mergePolicy: policy)
       let object = try context.existingObject(with: id(1))
       context.delete(object)
-      _ = try storeWrite("UPDATE note SET body = 'theirs' WHERE id = 1")
+      _ = try otherProcessWrites("UPDATE note SET body = 'theirs' WHERE id = 1")
       if policy == .error {
         #expect(throws: MergeConflictError.self) { try context.save() }
         #expect(try storedRow(1) != nil)

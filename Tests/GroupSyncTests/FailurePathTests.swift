@@ -30,6 +30,23 @@ struct FailurePathTests {
     #expect(try await group.store.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") } == 11)
   }
 
+  /// GRDB releases its transaction observers after it closed the writer
+  /// connection: the capture then freed itself by uninstalling its hook on
+  /// the closed connection, a use after free that crashed the suite about
+  /// one run in three (and that AddressSanitizer reports).
+  @Test func storesClosedOrReleasedNeverTouchAClosedConnection() throws {
+    let folder = try TemporaryFolder()
+    for round in 0..<40 {
+      let group = try GroupFolder(path: folder.child("group"))
+      try group.store.write { db in
+        try db.execute(sql: "CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, v); INSERT INTO t(v) VALUES (?)", arguments: [round])
+      }
+      if round % 2 == 0 { group.store.close() }  // else released with the group
+    }
+    let group = try GroupFolder(path: folder.child("group"))
+    #expect(try group.store.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") } == 40)
+  }
+
   @Test func aStoreThatIsASymlinkIsRefused() throws {
     let folder = try TemporaryFolder()
     let decoy = folder.child("elsewhere.sqlite")

@@ -31,7 +31,12 @@ final class ChangeCapture {
     gs_capture_set_row_budget(handle, rowBudget)
   }
 
-  deinit { gs_capture_close(handle) }
+  /// Never touches the connection: GRDB releases its observers after the
+  /// connection is closed. ``detach()`` uninstalls the hook before that.
+  deinit { gs_capture_free(handle) }
+
+  /// Uninstalls the hook, on the writer queue while the connection is open.
+  func detach() { gs_capture_detach(handle) }
 
   static func isInternal(_ table: String) -> Bool {
     table.hasPrefix("sqlite_") || internalTablePrefixes.contains { table.hasPrefix($0) }

@@ -140,7 +140,11 @@ public final class ResultsController {
     for change in difference {
       if case .insert(_, let rowID, _) = change { moved.insert(rowID) }
     }
-    let updated = changed.isEmpty ? [] : rowIDs.filter { changed.contains($0) && !moved.contains($0) }
+    // In list order, without walking the whole list.
+    let updated = changed.compactMap { rowID -> (Int, Int64)? in
+      guard !moved.contains(rowID), let key = keysByRowID[rowID] else { return nil }
+      return (position(of: key, rowID), rowID)
+    }.sorted { $0.0 < $1.0 }.map(\.1)
     let change = ResultsChange(
       difference: CollectionDifference(difference.map { $0.mapped(objectID) })!,
       updated: updated.map(objectID))

@@ -105,7 +105,10 @@ public final class Store: Sendable {
     guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
     do {
       // GRDB closes only a connection without prepared statements.
-      pool.writeWithoutTransaction { _ in observer.statements.finalize() }
+      pool.writeWithoutTransaction { _ in
+        observer.statements.finalize()
+        observer.capture.detach()
+      }
       try pool.close()
     } catch {
       Logger.groupSync.error("closing store \(path): \(error)")
