@@ -36,11 +36,13 @@ struct Query: AsyncParsableCommand {
       // Listen first, so that no commit between the first run and the
       // listener's start is missed.
       let listener = live ? try group.listen() : nil
+      // Signals are handled before the first output, which tells a caller
+      // that the query runs.
+      let stopper = listener.map { listener in SignalStopper { listener.close() } }
       var query = try LiveQuery(store: group.store, sql: sql)
       let screen = LiveQueryScreen(isTerminal: isatty(STDOUT_FILENO) == 1)
       screen.draw(query, change: LiveQuery.Change(), deletedRows: [], summary: "\(query.rows.count) rows")
       guard let listener else { return }
-      let stopper = SignalStopper { listener.close() }
       let keys = screen.isTerminal && isatty(STDIN_FILENO) == 1 ? QuitKey { listener.close() } : nil
       defer { withExtendedLifetime((stopper, keys)) {} }
       var shown = 0
