@@ -40,6 +40,18 @@ let package = Package(
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
     ),
+    // The benchmarks: kept out of every product, so `make install` ships none.
+    .executableTarget(
+      name: "groupsync-bench",
+      dependencies: [
+        "GroupSync",
+        "CGroupSync",
+        "GroupSyncProcess",
+        .product(name: "GRDB", package: "GRDB.swift"),
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+      ],
+      path: "Benchmarks/groupsync-bench"
+    ),
     .testTarget(
       name: "GroupSyncTests",
       dependencies: ["GroupSync", "CGroupSync", "GroupSyncProcess", .product(name: "GRDB", package: "GRDB.swift")]
