@@ -25,6 +25,6 @@ extension ChildProcess {
     guard isRunning else { return }
     resume()
     send("quit")
-    _ = try? finish(timeout: timeout)
+    _ = finish(timeout: timeout)
   }
 }

@@ -19,7 +19,7 @@ import Glibc
 /// let child = try ChildProcess(executable: "/bin/cat", arguments: [])
 /// child.send("hello")
 /// let line = try child.readLine(timeout: 5)   // "hello"
-/// let result = try child.finish(timeout: 5)   // closes stdin, cat exits
+/// let result = child.finish(timeout: 5)       // closes stdin, cat exits
 /// ```
 ///
 /// `@unchecked Sendable`: every mutable field is guarded by `condition`.
@@ -292,7 +292,7 @@ public final class ChildProcess: @unchecked Sendable {
   /// Waits for it to exit: SIGTERM after `timeout` seconds, SIGKILL if it
   /// is still there 5 s later. Closes its stdin first unless `closingInput`
   /// is false.
-  public func finish(timeout: Double = 60, closingInput: Bool = true) throws -> Result {
+  public func finish(timeout: Double = 60, closingInput: Bool = true) -> Result {
     if closingInput { closeInput() }
     if !waitForExit(timeout: timeout) {
       locked { timedOut = true }

@@ -89,7 +89,7 @@ struct CLITests {
     let watch = try await ProcessHarness.startWatch([directory, "--name", "watcher", "--json"])
     defer {
       watch.signal(SIGTERM)
-      _ = try? watch.finish(timeout: 10)
+      _ = watch.finish(timeout: 10)
     }
     let idle = try group.listen(as: "idle")
     defer { idle.close() }

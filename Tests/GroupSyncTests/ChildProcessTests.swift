@@ -18,7 +18,7 @@ struct ChildProcessTests {
     child.send("third")
     #expect(try child.readLine(timeout: 10) == "second")
     #expect(try child.readLine(timeout: 10) == "third")
-    let result = try child.finish(timeout: 10)
+    let result = child.finish(timeout: 10)
     #expect(result.succeeded)
     #expect(result.stdout == "first\nsecond\nthird\n")
   }
@@ -39,7 +39,7 @@ struct ChildProcessTests {
     let child = try ChildProcess(executable: "/bin/sleep", arguments: ["30"])
     #expect(throws: ChildProcessError.self) { try child.readLine(timeout: 0.2) }
     child.signal(SIGKILL)
-    let result = try child.finish(timeout: 10)
+    let result = child.finish(timeout: 10)
     #expect(result.signalled && result.status == SIGKILL)
   }
 
@@ -57,13 +57,13 @@ struct ChildProcessTests {
     try child.waitForLines(2, timeout: 10)
     child.send("c")
     try child.waitForLines(3, timeout: 10)
-    #expect(try child.finish(timeout: 10).stdout == "a\nb\nc\n")
+    #expect(child.finish(timeout: 10).stdout == "a\nb\nc\n")
   }
 
   @Test func aChildThatOutlivesItsTimeoutIsTerminated() throws {
     let child = try ChildProcess(executable: "/bin/sleep", arguments: ["30"])
     #expect(!child.waitForExit(timeout: 0.1))
-    let result = try child.finish(timeout: 0.1)
+    let result = child.finish(timeout: 0.1)
     #expect(result.timedOut && result.signalled && result.status == SIGTERM)
     #expect(!child.isRunning)
   }
@@ -72,7 +72,7 @@ struct ChildProcessTests {
     let child = try ChildProcess(executable: "/bin/true", arguments: [])
     #expect(child.waitForExit(timeout: 10))
     child.send("nobody reads this")
-    #expect(try child.finish(timeout: 10).succeeded)
+    #expect(child.finish(timeout: 10).succeeded)
   }
 
   @Test func currentExecutableIsThisProcess() {

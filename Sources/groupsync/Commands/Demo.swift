@@ -75,7 +75,7 @@ struct Demo: AsyncParsableCommand {
       }
       var committed: [Int64: [String: AnyHashable]] = [:]
       for writer in writerProcesses {
-        let result = try writer.finish(timeout: 120)
+        let result = writer.finish(timeout: 120)
         guard result.succeeded else { throw ValidationError("a writer failed: \(result.stderr)") }
         for object in try Self.objects(result.stdout) { committed[Self.sequence(object)] = Self.comparable(object) }
       }
@@ -89,7 +89,7 @@ struct Demo: AsyncParsableCommand {
       printLine("listener      received  in order  exact IDs  latency p50   p99      max")
       for (offset, watcher) in watchers.enumerated() {
         let index = offset + 1
-        let result = try watcher.finish(timeout: 120)
+        let result = watcher.finish(timeout: 120)
         let (output, errors) = (result.stdout, result.stderr)
         let objects = try Self.objects(output)
         let sequences = objects.map(Self.sequence)

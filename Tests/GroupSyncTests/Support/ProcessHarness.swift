@@ -37,7 +37,7 @@ enum ProcessHarness {
   }
 
   static func finish(_ child: ChildProcess, timeout: Double = 60) async throws -> CLI.Result {
-    try await onThread { try child.finish(timeout: timeout) }
+    try await onThread { child.finish(timeout: timeout) }
   }
 
   /// Waits for every child at once (each killed after `timeout` seconds).
