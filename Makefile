@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CONFIG ?= debug
 BIN = .build/$(CONFIG)/groupsync
 
-.PHONY: help deps build test test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick clean
+.PHONY: help deps build test test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick bench-tools clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -99,20 +99,21 @@ install-check: deps ## Install into .build/install-check, then build and run a p
 clean: ## Remove build products (also the sanitizer and bench build folders)
 	rm -rf .build .build-asan .build-tsan .build-fuzz .build-bench
 
-# The benchmarks build in BENCH_BUILD (.build), e.g. BENCH_BUILD=.build-bench
-# to keep clear of another build.
+# The benchmarks: groupsync-bench, an executable of the package in no
+# product (so `make install` ships none of it), built in BENCH_BUILD
+# (.build), e.g. BENCH_BUILD=.build-bench to keep clear of another build.
 BENCH_BUILD ?= .build
-bench: deps ## Benchmarks vs the floor, polling, raw SQLite and plain GRDB (< 10 min): table, bench/results.json
-	$(SWIFT) build -c release --scratch-path $(BENCH_BUILD)
+BENCH = $(BENCH_BUILD)/release/groupsync-bench
+bench-tools:
+	$(SWIFT) build -c release --product groupsync-bench --scratch-path $(BENCH_BUILD)
 	@mkdir -p bench/out
-	cc -O2 -Wall -Wextra -o bench/out/floor bench/floor.c
-	cc -O2 -Wall -Wextra -shared -fPIC -o bench/out/vgshim.so bench/vgshim.c
-	$(BENCH_BUILD)/release/groupsync bench --floor bench/out/floor --valgrind-shim bench/out/vgshim.so \
+	cc -O2 -Wall -Wextra -o bench/out/floor Benchmarks/floor.c
+
+bench: deps bench-tools ## Benchmarks vs the floor, polling, raw SQLite and plain GRDB (< 10 min): table, bench/results.json
+	cc -O2 -Wall -Wextra -shared -fPIC -o bench/out/vgshim.so Benchmarks/vgshim.c
+	$(BENCH) run --floor bench/out/floor --valgrind-shim bench/out/vgshim.so \
 	  --work-folder bench/out --output bench/results.json
 
-bench-quick: deps ## The same benchmarks with fewer samples (< 1 min): bench/results-quick.json
-	$(SWIFT) build -c release --scratch-path $(BENCH_BUILD)
-	@mkdir -p bench/out
-	cc -O2 -Wall -Wextra -o bench/out/floor bench/floor.c
-	$(BENCH_BUILD)/release/groupsync bench --quick --floor bench/out/floor --work-folder bench/out \
+bench-quick: deps bench-tools ## The same benchmarks with fewer samples (< 1 min): bench/results-quick.json
+	$(BENCH) run --quick --floor bench/out/floor --work-folder bench/out \
 	  --output bench/results-quick.json

@@ -29,17 +29,32 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
+    // Child processes for the demo, the benchmark and the tests; in no product.
+    .target(name: "GroupSyncProcess"),
     .executableTarget(
       name: "groupsync",
       dependencies: [
         "GroupSync",
+        "GroupSyncProcess",
         .product(name: "GRDB", package: "GRDB.swift"),
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
     ),
+    // The benchmarks: kept out of every product, so `make install` ships none.
+    .executableTarget(
+      name: "groupsync-bench",
+      dependencies: [
+        "GroupSync",
+        "CGroupSync",
+        "GroupSyncProcess",
+        .product(name: "GRDB", package: "GRDB.swift"),
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+      ],
+      path: "Benchmarks/groupsync-bench"
+    ),
     .testTarget(
       name: "GroupSyncTests",
-      dependencies: ["GroupSync", "CGroupSync", .product(name: "GRDB", package: "GRDB.swift")]
+      dependencies: ["GroupSync", "CGroupSync", "GroupSyncProcess", .product(name: "GRDB", package: "GRDB.swift")]
     ),
   ],
   swiftLanguageModes: [.v6]

@@ -89,7 +89,7 @@ struct CLITests {
     let watch = try await ProcessHarness.startWatch([directory, "--name", "watcher", "--json"])
     defer {
       watch.signal(SIGTERM)
-      _ = try? watch.finish(timeout: 10)
+      _ = watch.finish(timeout: 10)
     }
     let idle = try group.listen(as: "idle")
     defer { idle.close() }
@@ -103,7 +103,7 @@ struct CLITests {
     #expect(lines.contains("sequence: 3"), "\(lines)")
     #expect(lines.contains("listener  gone: dead, backlog 2"), "\(lines)")
     #expect(lines.contains("listener  idle: live (pid \(getpid())), backlog 2"), "\(lines)")
-    #expect(lines.contains("listener  watcher: live (pid \(watch.process.processIdentifier)), backlog 0"), "\(lines)")
+    #expect(lines.contains("listener  watcher: live (pid \(watch.pid)), backlog 0"), "\(lines)")
 
     let status = try await ProcessHarness.status(directory)
     #expect(status.storeID == group.store.storeID)
@@ -112,7 +112,7 @@ struct CLITests {
     #expect(status.listeners.map(\.name) == ["gone", "idle", "watcher"])
     #expect(status.listeners.map(\.isLive) == [false, true, true])
     #expect(status.listeners.map(\.backlog) == [2, 2, 0])
-    #expect(status.listeners.map(\.processID) == [nil, getpid(), watch.process.processIdentifier])
+    #expect(status.listeners.map(\.processID) == [nil, getpid(), watch.pid])
   }
 
   // MARK: Errors
@@ -225,8 +225,7 @@ struct CLITests {
 
     #expect(try await ProcessHarness.exitsOnItsOwn(watch), "watch --count 2 did not exit after 2 change sets")
     let result = try await ProcessHarness.finish(watch)
-    #expect(result.status == 0, "\(result.stderr)")
-    #expect(watch.process.terminationReason == .exit)
+    #expect(result.status == 0 && !result.signalled, "\(result.stderr)")
     #expect(try jsonLines(result.stdout).map(ChangeSetLine.init(json:)) == written)
   }
 
@@ -260,7 +259,7 @@ struct CLITests {
     watch.signal(signalNumber)
     #expect(try await ProcessHarness.exitsOnItsOwn(watch), "watch did not exit on signal \(signalNumber)")
     let result = try await ProcessHarness.finish(watch)
-    #expect(watch.process.terminationReason == .exit, "killed by the signal instead of exiting")
+    #expect(!result.signalled, "killed by the signal instead of exiting")
     #expect(result.status == 0, "\(result.stderr)")
     #expect(try jsonLines(result.stdout).map(ChangeSetLine.init(json:)) == written)
     #expect(ProcessHarness.entries(listeners).isEmpty, "the unnamed listener's folder is left: \(ProcessHarness.entries(listeners))")
@@ -307,16 +306,16 @@ struct CLITests {
       _ = spinners
     }
     for round in 1...15 {
-      let watch = try CLI.Child(["watch", directory, "--name", "w\(round)"])
+      let watch = try CLI.start(["watch", directory, "--name", "w\(round)"])
       try await ProcessHarness.onThread {
-        while !watch.stderr.contains("listening as") && watch.process.isRunning { usleep(200) }
+        while !watch.stderr.contains("listening as") && watch.isRunning { usleep(200) }
         watch.signal(SIGTERM)
       }
       let exited = try await ProcessHarness.exitsOnItsOwn(watch, within: 5)
       #expect(exited, "round \(round): SIGTERM sent right after 'listening as' was lost")
       let result = try await ProcessHarness.finish(watch, timeout: 1)
       if !exited { break }
-      #expect(result.status == 0 && watch.process.terminationReason == .exit, "round \(round): \(result.stderr)")
+      #expect(result.status == 0 && !result.signalled, "round \(round): \(result.stderr)")
     }
   }
 

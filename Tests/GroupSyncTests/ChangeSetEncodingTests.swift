@@ -3,6 +3,7 @@ import GRDB
 import Testing
 
 @testable import GroupSync
+import GroupSyncProcess
 
 /// The change-set encoding, version 2: round trips, pinned bytes, a Python
 /// reader, and a decoder that rejects every malformed input with a reason.
@@ -220,16 +221,9 @@ import Testing
     """
 
   func runPythonReader(_ arguments: [String]) throws -> [String] {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = ["python3", "-c", Self.pythonReader] + arguments
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    try process.run()
-    let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    process.waitUntilExit()
-    #expect(process.terminationStatus == 0)
-    return output.split(separator: "\n").map(String.init)
+    let result = try ChildProcess.run("/usr/bin/env", ["python3", "-c", Self.pythonReader] + arguments)
+    #expect(result.succeeded, "\(result.stderr)")
+    return result.stdout.split(separator: "\n").map(String.init)
   }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 @testable import GroupSync
+import GroupSyncProcess
 import Testing
 
 #if canImport(Glibc)
@@ -64,7 +65,7 @@ struct MultiProcessTests {
     #expect(base == 1, "the schema's seed row is a change set of its own")
     let transactions = 40
 
-    var listeners: [CLI.Child] = []
+    var listeners: [ChildProcess] = []
     for index in 1...4 {
       listeners.append(
         try await ProcessHarness.startWatch([directory, "--name", "l\(index)", "--json", "--count", String(transactions)]))
@@ -95,14 +96,14 @@ struct MultiProcessTests {
     let base = try await ProcessHarness.status(directory).sequence
     let perWriter = 50
 
-    var listeners: [CLI.Child] = []
+    var listeners: [ChildProcess] = []
     for index in 1...3 {
       listeners.append(
         try await ProcessHarness.startWatch([directory, "--name", "c\(index)", "--json", "--count", String(2 * perWriter)]))
     }
     // Both writers start before either is awaited, so they commit concurrently.
     let writers = try ["a", "b"].map { w in
-      try CLI.Child(["exec", directory, "--json", "--repeat", String(perWriter)] + Self.concurrentWriterTransaction(w))
+      try CLI.start(["exec", directory, "--json", "--repeat", String(perWriter)] + Self.concurrentWriterTransaction(w))
     }
     var perWriterLines: [[ChangeSetLine]] = []
     for result in try await ProcessHarness.finishAll(writers, timeout: 60) {
@@ -149,7 +150,7 @@ struct MultiProcessTests {
     defer { listener.close() }
     #expect(listener.startSequence == (try group.store.currentSequence()))
 
-    let writer = try CLI.Child(["exec", directory, "--json", "--repeat", "5"] + Self.singleWriterTransaction)
+    let writer = try CLI.start(["exec", directory, "--json", "--repeat", "5"] + Self.singleWriterTransaction)
     let result = try await ProcessHarness.finish(writer)
     try #require(result.status == 0, "\(result.stderr)")
     let written = try jsonLines(result.stdout).map(ChangeSetLine.init(json:))
@@ -163,7 +164,7 @@ struct MultiProcessTests {
     #expect(changeSets.count == events.count, "no resets: \(events)")
     #expect(changeSets.map(ChangeSetLine.init) == written)
     #expect(changeSets.allSatisfy { $0.storeID == group.store.storeID })
-    #expect(changeSets.allSatisfy { $0.writerProcessID == writer.process.processIdentifier }, "read from the writer's files")
+    #expect(changeSets.allSatisfy { $0.writerProcessID == writer.pid }, "read from the writer's files")
     #expect(ProcessHarness.entries(group.layout.inbox("inproc")).isEmpty, "delivered files are removed")
   }
 

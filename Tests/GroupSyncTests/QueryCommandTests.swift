@@ -1,4 +1,5 @@
 import Foundation
+import GroupSyncProcess
 import Testing
 
 #if canImport(Glibc)
@@ -23,12 +24,12 @@ struct QueryCommandTests {
   @Test func liveMarksRowsThatAppearChangeAndVanish() throws {
     let folder = try TemporaryFolder()
     let directory = try Self.makeGroup(folder)
-    let live = try CLI.Child(["query", directory, Self.sql, "--live", "--updates", "2"])
+    let live = try CLI.start(["query", directory, Self.sql, "--live", "--updates", "2"])
     try live.waitForLines(4)  // header, two rows, summary
     _ = try CLI.run(["exec", directory, "UPDATE t SET v = 'B' WHERE id = 2", "INSERT INTO t VALUES (3, 'c')"])
     _ = try CLI.run(["exec", directory, "CREATE TABLE unrelated(x)"])  // touches no table the query reads
     _ = try CLI.run(["exec", directory, "DELETE FROM t WHERE id = 1"])
-    let result = try live.finish(timeout: 30)
+    let result = live.finish(timeout: 30)
     #expect(result.status == 0, "\(result.stderr)")
     let lines = result.stdout.split(separator: "\n").map { $0.replacingOccurrences(of: " ", with: "") }
     #expect(lines.contains("~|2|B") && lines.contains("+|3|c") && lines.contains("-|1|a"), "\(result.stdout)")
@@ -39,11 +40,11 @@ struct QueryCommandTests {
   func liveExitsCleanlyOnASignal(_ signalNumber: Int32) throws {
     let folder = try TemporaryFolder("query\(signalNumber)")
     let directory = try Self.makeGroup(folder)
-    let live = try CLI.Child(["query", directory, Self.sql, "--live"])
+    let live = try CLI.start(["query", directory, Self.sql, "--live"])
     try live.waitForLines(4)
     live.signal(signalNumber)
-    let result = try live.finish(timeout: 10)
-    #expect(live.process.terminationReason == .exit && result.status == 0, "\(result.stderr)")
+    let result = live.finish(timeout: 10)
+    #expect(!result.signalled && result.status == 0, "\(result.stderr)")
     #expect(try FileManager.default.contentsOfDirectory(atPath: directory + "/listeners").isEmpty)
   }
 
@@ -66,16 +67,8 @@ struct QueryCommandTests {
     let directory = try Self.makeGroup(folder)
     let session = "gsq\(getpid())"
     func tmux(_ arguments: [String]) throws -> String {
-      let process = Process()
-      let output = Pipe()
-      process.executableURL = URL(fileURLWithPath: "/usr/bin/tmux")
-      process.arguments = arguments
-      process.standardOutput = output
-      process.standardError = output
-      try process.run()
-      let data = output.fileHandleForReading.readDataToEndOfFile()
-      process.waitUntilExit()
-      return String(decoding: data, as: UTF8.self)
+      let result = try ChildProcess.run("/usr/bin/tmux", arguments, timeout: 10)
+      return result.stdout + result.stderr
     }
     func pane() throws -> String { try tmux(["capture-pane", "-p", "-t", session]) }
     func waitForPane(_ text: String) throws {

@@ -28,11 +28,20 @@ final class ListenerLock: Sendable {
       folder.remove(Self.fileName)
       lockFile = try folder.openFile(Self.fileName, O_RDWR | O_CREAT | O_EXCL)
     }
-    var lock = Self.wholeFile(F_WRLCK)
-    guard fcntl(lockFile.rawValue, Self.setLock, &lock) == 0 else {
+    // A lock just released can stay held for a moment: a child process
+    // another thread of this process is starting shares the descriptor
+    // until its exec closes it. Ask again briefly before saying "in use".
+    var attempts = 0
+    while true {
+      var lock = Self.wholeFile(F_WRLCK)
+      if fcntl(lockFile.rawValue, Self.setLock, &lock) == 0 { break }
       let code = errno
-      if code == EAGAIN || code == EACCES { throw GroupSyncError.listenerNameInUse(name) }
-      throw GroupSyncError.system(call: "fcntl(F_OFD_SETLK)", path: folder.path + "/lock", errno: code)
+      guard code == EAGAIN || code == EACCES else {
+        throw GroupSyncError.system(call: "fcntl(F_OFD_SETLK)", path: folder.path + "/lock", errno: code)
+      }
+      attempts += 1
+      if attempts > 20 { throw GroupSyncError.listenerNameInUse(name) }
+      usleep(5_000)
     }
     // Record who holds it, for `groupsync status`.
     let pid = Array("\(System.processID)\n".utf8)

@@ -546,14 +546,22 @@ public final class Listener: @unchecked Sendable {
       let lock = folder.identity == folders.folder.identity ? nil : try ListenerLock(in: folder, name: name)
       let inbox = try Self.ownedFolder(GroupLayout.inboxFolder, in: folder, listener: name)
       let watch = try watchInbox(inbox)
-      let old = shared.withLock { shared -> FolderWatcher.Watch? in
+      // Under the same mutex as close(): a listener closed meanwhile must
+      // not keep a watch or a lock it would never release.
+      let (old, closed) = shared.withLock { shared -> (FolderWatcher.Watch?, Bool) in
+        if shared.closed { return (nil, true) }
         defer { shared.watch = watch }
-        return shared.watch
+        if let lock { replacementLocks.withLock { $0.append(lock) } }
+        return (shared.watch, false)
+      }
+      if closed {
+        watch.cancel()
+        lock?.release()
+        return nil
       }
       old?.cancel()
       folders = Folders(listeners: listeners, folder: folder, inbox: inbox)
       folderSnapshot.withLock { $0 = folders }
-      if let lock { replacementLocks.withLock { $0.append(lock) } }
     } catch {
       return reset("its folders were replaced and cannot be made again: \(error)")
     }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import GroupSync
+import GroupSyncProcess
 
 /// The main job: real listener and writer processes of this binary on one
 /// group folder, and a check that every listener saw every change in order.
@@ -46,7 +47,7 @@ struct Demo: AsyncParsableCommand {
     try await GroupSyncCommand.reportingErrors {
       let folder = directory ?? FileManager.default.temporaryDirectory
         .appendingPathComponent("groupsync-demo-\(UUID().uuidString.prefix(8))").path
-      let executable = URL(fileURLWithPath: CommandLine.arguments[0]).path
+      let executable = ChildProcess.currentExecutable
       let total = writers * transactions
       printLine("GroupSync demo: \(listeners) listeners, \(writers) writers x \(transactions) transactions, in \(folder)")
 
@@ -57,8 +58,9 @@ struct Demo: AsyncParsableCommand {
       var watchers: [ChildProcess] = []
       for index in 1...listeners {
         let child = try ChildProcess(
-          executable, ["watch", folder, "--name", "listener-\(index)", "--json", "--count", String(total)])
-        try child.waitForStderrLine(containing: "listening as", timeout: 30)
+          executable: executable,
+          arguments: ["watch", folder, "--name", "listener-\(index)", "--json", "--count", String(total)])
+        try child.waitForStderr(containing: "listening as", timeout: 30)
         watchers.append(child)
       }
       printLine("started \(listeners) listeners; writing...")
@@ -68,13 +70,14 @@ struct Demo: AsyncParsableCommand {
       for index in 1...writers {
         writerProcesses.append(
           try ChildProcess(
-            executable, ["exec", folder, "--json", "--repeat", String(transactions)] + Self.transaction(writer: index)))
+            executable: executable,
+            arguments: ["exec", folder, "--json", "--repeat", String(transactions)] + Self.transaction(writer: index)))
       }
       var committed: [Int64: [String: AnyHashable]] = [:]
       for writer in writerProcesses {
-        let (status, output, errors) = try writer.finish(timeout: 120)
-        guard status == 0 else { throw ValidationError("a writer failed: \(errors)") }
-        for object in try Self.objects(output) { committed[Self.sequence(object)] = Self.comparable(object) }
+        let result = writer.finish(timeout: 120)
+        guard result.succeeded else { throw ValidationError("a writer failed: \(result.stderr)") }
+        for object in try Self.objects(result.stdout) { committed[Self.sequence(object)] = Self.comparable(object) }
       }
       let writeTime = ContinuousClock.now - clock
       printLine("writers committed \(committed.count) change sets in \(writeTime)")
@@ -86,7 +89,8 @@ struct Demo: AsyncParsableCommand {
       printLine("listener      received  in order  exact IDs  latency p50   p99      max")
       for (offset, watcher) in watchers.enumerated() {
         let index = offset + 1
-        let (status, output, errors) = try watcher.finish(timeout: 120)
+        let result = watcher.finish(timeout: 120)
+        let (output, errors) = (result.stdout, result.stderr)
         let objects = try Self.objects(output)
         let sequences = objects.map(Self.sequence)
         let inOrder = sequences == expected && !objects.contains { $0["reset"] != nil }
@@ -96,7 +100,7 @@ struct Demo: AsyncParsableCommand {
           else { return nil }
           return Double(received - sent) / 1000
         }.sorted()
-        let good = status == 0 && inOrder && exact && objects.count == total
+        let good = result.succeeded && inOrder && exact && objects.count == total
         allGood = allGood && good
         printLine(
           "listener-\(index)".padding(toLength: 14, withPad: " ", startingAt: 0)

@@ -2,6 +2,7 @@ import CGroupSync
 import Foundation
 import GRDB
 @testable import GroupSync
+import GroupSyncProcess
 import Synchronization
 
 #if canImport(Glibc)
@@ -29,18 +30,18 @@ enum ProcessHarness {
   }
 
   /// Starts `groupsync watch` and waits until it listens.
-  static func startWatch(_ arguments: [String]) async throws -> CLI.Child {
-    let child = try CLI.Child(["watch"] + arguments)
-    try await onThread { try child.waitForStderr("listening as", timeout: 30) }
+  static func startWatch(_ arguments: [String]) async throws -> ChildProcess {
+    let child = try CLI.start(["watch"] + arguments)
+    try await onThread { try child.waitForStderr(containing: "listening as", timeout: 30) }
     return child
   }
 
-  static func finish(_ child: CLI.Child, timeout: Double = 60) async throws -> CLI.Result {
-    try await onThread { try child.finish(timeout: timeout) }
+  static func finish(_ child: ChildProcess, timeout: Double = 60) async throws -> CLI.Result {
+    try await onThread { child.finish(timeout: timeout) }
   }
 
   /// Waits for every child at once (each killed after `timeout` seconds).
-  static func finishAll(_ children: [CLI.Child], timeout: Double = 30) async throws -> [CLI.Result] {
+  static func finishAll(_ children: [ChildProcess], timeout: Double = 30) async throws -> [CLI.Result] {
     try await withThrowingTaskGroup(of: (Int, CLI.Result).self) { group in
       for (index, child) in children.enumerated() {
         group.addTask { (index, try await finish(child, timeout: timeout)) }
@@ -53,16 +54,12 @@ enum ProcessHarness {
 
   /// Whether the child exits on its own within `timeout` seconds (it is
   /// not signalled; `finish` afterwards collects its output).
-  static func exitsOnItsOwn(_ child: CLI.Child, within timeout: Double = 20) async throws -> Bool {
-    try await onThread {
-      let deadline = Date().addingTimeInterval(timeout)
-      while child.process.isRunning && Date() < deadline { usleep(5_000) }
-      return !child.process.isRunning
-    }
+  static func exitsOnItsOwn(_ child: ChildProcess, within timeout: Double = 20) async throws -> Bool {
+    try await onThread { child.waitForExit(timeout: timeout) }
   }
 
   /// Waits until stdout holds `count` lines.
-  static func waitForLines(_ child: CLI.Child, _ count: Int, timeout: Double = 20) async throws {
+  static func waitForLines(_ child: ChildProcess, _ count: Int, timeout: Double = 20) async throws {
     try await onThread { try child.waitForLines(count, timeout: timeout) }
   }
 

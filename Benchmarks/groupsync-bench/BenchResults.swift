@@ -1,6 +1,6 @@
 import Foundation
 
-/// Everything one `groupsync bench` run measured, as written to
+/// Everything one `groupsync-bench` run measured, as written to
 /// bench/results.json. Times are microseconds unless a name says otherwise;
 /// every `BenchStats` is {n, p50, p99, max, mean} over its samples.
 struct BenchResults: Codable {

@@ -4,7 +4,7 @@ import Glibc
 #endif
 
 /// Clocks, statistics and /proc readers shared by the benchmark's
-/// orchestrator (`groupsync bench`) and its child processes.
+/// orchestrator (`groupsync-bench`) and its child processes.
 enum BenchClock {
   /// CLOCK_REALTIME in nanoseconds: the clock `ChangeSet.committedAtNanoseconds`
   /// uses, comparable across processes.

@@ -9,8 +9,7 @@ import Foundation
 /// instructions by the rows written.
 struct BenchCapture: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
-    commandName: "bench-capture", abstract: "Benchmark child: the capture-overhead workload.",
-    shouldDisplay: false)
+    commandName: "capture", abstract: "Child role: the capture-overhead workload (run under callgrind).")
 
   enum Mode: String, ExpressibleByArgument, Codable, CaseIterable {
     /// Raw SQLite, and `Store.write` stepping the same C statement.
@@ -36,25 +35,23 @@ struct BenchCapture: AsyncParsableCommand {
   var directory: String
 
   func run() async throws {
-    try await GroupSyncCommand.reportingErrors {
-      try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-      switch mode {
-      case .plain:
-        let writer = try BenchPlainWriter(path: directory + "/plain.sqlite")
-        if op == .update { try writer.prepareUpdates() }
-        for _ in 0..<2 { try writer.transaction(rows: rows, op) }
-        try Self.measured(transactions) { try writer.transaction(rows: rows, op) }
-      case .grdb:
-        let writer = try BenchGRDBWriter(path: directory + "/grdb.sqlite")
-        if op == .update { try writer.prepareUpdates() }
-        for _ in 0..<2 { try writer.transaction(rows: rows, op) }
-        try Self.measured(transactions) { try writer.transaction(rows: rows, op) }
-      case .groupsync, .groupsyncGRDB:
-        let writer = try BenchGroupWriter(path: directory + "/group", grdbStatements: mode == .groupsyncGRDB)
-        if op == .update { try writer.prepareUpdates() }
-        for _ in 0..<2 { try writer.transaction(rows: rows, op) }
-        try Self.measured(transactions) { try writer.transaction(rows: rows, op) }
-      }
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    switch mode {
+    case .plain:
+      let writer = try BenchPlainWriter(path: directory + "/plain.sqlite")
+      if op == .update { try writer.prepareUpdates() }
+      for _ in 0..<2 { try writer.transaction(rows: rows, op) }
+      try Self.measured(transactions) { try writer.transaction(rows: rows, op) }
+    case .grdb:
+      let writer = try BenchGRDBWriter(path: directory + "/grdb.sqlite")
+      if op == .update { try writer.prepareUpdates() }
+      for _ in 0..<2 { try writer.transaction(rows: rows, op) }
+      try Self.measured(transactions) { try writer.transaction(rows: rows, op) }
+    case .groupsync, .groupsyncGRDB:
+      let writer = try BenchGroupWriter(path: directory + "/group", grdbStatements: mode == .groupsyncGRDB)
+      if op == .update { try writer.prepareUpdates() }
+      for _ in 0..<2 { try writer.transaction(rows: rows, op) }
+      try Self.measured(transactions) { try writer.transaction(rows: rows, op) }
     }
   }
 

@@ -13,8 +13,7 @@ import GroupSync
 /// delivered sequence in its slot of the progress file.
 struct BenchListener: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
-    commandName: "bench-listener", abstract: "Benchmark child: a listener that reports delivery times.",
-    shouldDisplay: false)
+    commandName: "listener", abstract: "Child role: a listener that reports delivery times.")
 
   @Argument(help: "The group folder.")
   var directory: String
@@ -32,44 +31,42 @@ struct BenchListener: AsyncParsableCommand {
   var rescanMs: Int?
 
   func run() async throws {
-    try await GroupSyncCommand.reportingErrors {
-      let group = try GroupFolder(path: directory, create: false)
-      var options = ListenerOptions()
-      if let rescanMs { options.rescanInterval = .milliseconds(rescanMs) }
-      let listener = try group.listen(options: options)
-      let progressSlots = try BenchProgress(path: progress, create: false)
-      let recorder = BenchRecorder(keepSamples: !noSamples)
-      progressSlots.store(slot, listener.startSequence)
-      recorder.start(at: listener.startSequence)
+    let group = try GroupFolder(path: directory, create: false)
+    var options = ListenerOptions()
+    if let rescanMs { options.rescanInterval = .milliseconds(rescanMs) }
+    let listener = try group.listen(options: options)
+    let progressSlots = try BenchProgress(path: progress, create: false)
+    let recorder = BenchRecorder(keepSamples: !noSamples)
+    progressSlots.store(slot, listener.startSequence)
+    recorder.start(at: listener.startSequence)
 
-      benchStartControlThread { line in
-        guard let line, line != "quit" else {
-          listener.close()
-          Foundation.exit(0)
-        }
-        let words = line.split(separator: " ")
-        if words.first == "collect", words.count == 2, let target = Int64(words[1]) {
-          benchEmit(recorder.collect(until: target, timeoutSeconds: 120))
-        } else if line == "rusage" {
-          benchEmit(BenchCPU(cpuNs: benchOwnCPUNanoseconds()))
-        } else {
-          benchEmit(BenchListenerReport.failure("unknown command '\(line)'"))
-        }
+    benchStartControlThread { line in
+      guard let line, line != "quit" else {
+        listener.close()
+        Foundation.exit(0)
       }
-      benchEmit(BenchReady(ready: true, pid: getpid(), startSequence: listener.startSequence))
+      let words = line.split(separator: " ")
+      if words.first == "collect", words.count == 2, let target = Int64(words[1]) {
+        benchEmit(recorder.collect(until: target, timeoutSeconds: 120))
+      } else if line == "rusage" {
+        benchEmit(BenchCPU(cpuNs: benchOwnCPUNanoseconds()))
+      } else {
+        benchEmit(BenchListenerReport.failure("unknown command '\(line)'"))
+      }
+    }
+    benchEmit(BenchReady(ready: true, pid: getpid(), startSequence: listener.startSequence))
 
-      for await event in listener.events {
-        let deliveredAt = BenchClock.realtime()
-        switch event {
-        case .changes(let changeSet):
-          recorder.record(
-            sequence: changeSet.sequence, committedAt: changeSet.committedAtNanoseconds,
-            deliveredAt: deliveredAt, rows: changeSet.rowCount)
-          progressSlots.store(slot, changeSet.sequence)
-        case .reset(let reset):
-          recorder.recordReset(sequence: reset.sequence, reason: reset.reason)
-          progressSlots.store(slot, reset.sequence)
-        }
+    for await event in listener.events {
+      let deliveredAt = BenchClock.realtime()
+      switch event {
+      case .changes(let changeSet):
+        recorder.record(
+          sequence: changeSet.sequence, committedAt: changeSet.committedAtNanoseconds,
+          deliveredAt: deliveredAt, rows: changeSet.rowCount)
+        progressSlots.store(slot, changeSet.sequence)
+      case .reset(let reset):
+        recorder.recordReset(sequence: reset.sequence, reason: reset.reason)
+        progressSlots.store(slot, reset.sequence)
       }
     }
   }

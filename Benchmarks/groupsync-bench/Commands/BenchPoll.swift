@@ -11,7 +11,7 @@ import Foundation
 /// `quit` exits.
 struct BenchPoll: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
-    commandName: "bench-poll", abstract: "Benchmark child: poll PRAGMA data_version.", shouldDisplay: false)
+    commandName: "poll", abstract: "Child role: poll PRAGMA data_version.")
 
   @Argument(help: "The SQLite store to poll.")
   var store: String
@@ -20,39 +20,37 @@ struct BenchPoll: AsyncParsableCommand {
   var intervalUs: Int = 1000
 
   func run() async throws {
-    try await GroupSyncCommand.reportingErrors {
-      var handle: OpaquePointer?
-      guard sqlite3_open_v2(store, &handle, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nil) == SQLITE_OK,
-        let connection = handle
-      else { throw BenchError("cannot open \(store)") }
-      sqlite3_busy_timeout(connection, 10_000)
-      let version = try Self.prepare(connection, "PRAGMA data_version")
-      let newest = try Self.prepare(connection, "SELECT max(id) FROM items")
-      let detections = BenchDetections()
-      var lastVersion = Self.scalar(version)
-      detections.start(at: Self.scalar(newest))
+    var handle: OpaquePointer?
+    guard sqlite3_open_v2(store, &handle, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nil) == SQLITE_OK,
+      let connection = handle
+    else { throw BenchError("cannot open \(store)") }
+    sqlite3_busy_timeout(connection, 10_000)
+    let version = try Self.prepare(connection, "PRAGMA data_version")
+    let newest = try Self.prepare(connection, "SELECT max(id) FROM items")
+    let detections = BenchDetections()
+    var lastVersion = Self.scalar(version)
+    detections.start(at: Self.scalar(newest))
 
-      benchStartControlThread { line in
-        guard let line, line != "quit" else { Foundation.exit(0) }
-        let words = line.split(separator: " ")
-        if words.first == "collect", words.count == 2, let target = Int64(words[1]) {
-          benchEmit(detections.collect(until: target, timeoutSeconds: 60))
-        } else if line == "rusage" {
-          benchEmit(BenchCPU(cpuNs: benchOwnCPUNanoseconds()))
-        }
+    benchStartControlThread { line in
+      guard let line, line != "quit" else { Foundation.exit(0) }
+      let words = line.split(separator: " ")
+      if words.first == "collect", words.count == 2, let target = Int64(words[1]) {
+        benchEmit(detections.collect(until: target, timeoutSeconds: 60))
+      } else if line == "rusage" {
+        benchEmit(BenchCPU(cpuNs: benchOwnCPUNanoseconds()))
       }
-      benchEmit(BenchReady(ready: true, pid: getpid(), startSequence: 0))
+    }
+    benchEmit(BenchReady(ready: true, pid: getpid(), startSequence: 0))
 
-      let interval = Int64(intervalUs) * 1000
-      while true {
-        let current = Self.scalar(version)
-        if current != lastVersion {
-          let detectedAt = BenchClock.realtime()
-          lastVersion = current
-          detections.record(newestRow: Self.scalar(newest), at: detectedAt)
-        }
-        BenchClock.sleep(untilMonotonic: BenchClock.monotonic() + interval)
+    let interval = Int64(intervalUs) * 1000
+    while true {
+      let current = Self.scalar(version)
+      if current != lastVersion {
+        let detectedAt = BenchClock.realtime()
+        lastVersion = current
+        detections.record(newestRow: Self.scalar(newest), at: detectedAt)
       }
+      BenchClock.sleep(untilMonotonic: BenchClock.monotonic() + interval)
     }
   }
 

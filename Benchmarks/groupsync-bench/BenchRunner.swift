@@ -1,11 +1,12 @@
 import CGroupSync
 import Foundation
 import GroupSync
+import GroupSyncProcess
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// Runs every phase of `groupsync bench` in one process (the writer), with
+/// Runs every phase of `groupsync-bench` in one process (the writer), with
 /// listener, poller and floor processes as children.
 final class BenchRunner {
   struct Options {
@@ -19,7 +20,7 @@ final class BenchRunner {
 
   let options: Options
   let settings: BenchSettings
-  let executable = benchExecutablePath()
+  let executable = ChildProcess.currentExecutable
   var results: BenchResults
   private let progress: BenchProgress
   /// Each listener child's CPU time at its last collect.
@@ -44,7 +45,7 @@ final class BenchRunner {
   func run() throws -> BenchResults {
     let start = BenchClock.monotonic()
     guard FileManager.default.isExecutableFile(atPath: options.floorPath) else {
-      throw BenchError("the floor program \(options.floorPath) is missing: build it with `make bench` (cc -O2 bench/floor.c)")
+      throw BenchError("the floor program \(options.floorPath) is missing: build it with `make bench` (cc -O2 Benchmarks/floor.c)")
     }
     try phase("capture overhead") { try captureOverhead() }
     try phase("codec") { try codec() }
@@ -145,7 +146,7 @@ final class BenchRunner {
     // valgrind 3.19 cannot read the Swift toolchain's debug info: strip it.
     let binary = options.workFolder + "/groupsync-nodebug"
     if let objcopy = Self.which("objcopy"),
-      (try? benchRun(objcopy, ["--strip-debug", executable, binary]))?.status == 0
+      (try? ChildProcess.run(objcopy, ["--strip-debug", executable, binary]))?.succeeded == true
     {
     } else {
       results.callgrind = BenchCallgrindResult(skipped: "objcopy failed; cannot strip debug info for valgrind")
@@ -182,17 +183,18 @@ final class BenchRunner {
       let tag = "cg-\(index)-\(job.mode.rawValue)-\(job.operation.rawValue)-\(job.rows)-\(job.transactions)"
       let out = "\(folder)/\(tag).out"
       do {
-        let (status, _, stderr) = try benchRun(
+        let run = try ChildProcess.run(
           valgrind,
-          ["--tool=callgrind", "--callgrind-out-file=\(out)", binaryPath, "bench-capture", "--mode", job.mode.rawValue,
+          ["--tool=callgrind", "--callgrind-out-file=\(out)", binaryPath, "capture", "--mode", job.mode.rawValue,
            "--op", job.operation.rawValue, "--rows", String(job.rows), "--transactions", String(job.transactions),
            "--directory", "\(folder)/\(tag)"],
           environment: env, timeout: 600)
-        guard status == 0, let text = BenchProc.read(out),
+        guard run.succeeded, let text = BenchProc.read(out),
           let line = text.split(separator: "\n").last(where: { $0.hasPrefix("totals:") || $0.hasPrefix("summary:") }),
           let value = Double(line.split(separator: " ").last ?? "")
         else {
-          errors.withLock { $0.append("\(tag): status \(status): \(stderr.suffix(400))") }
+          let status = run.timedOut ? "timed out" : "status \(run.status)"
+          errors.withLock { $0.append("\(tag): \(status): \(run.stderr.suffix(400))") }
           return
         }
         totalsBox.withLock { $0[index] = value }
@@ -413,7 +415,7 @@ final class BenchRunner {
     }
   }
 
-  private func throughput(writer: BenchGroupWriter, listeners: [BenchChild]) throws {
+  private func throughput(writer: BenchGroupWriter, listeners: [ChildProcess]) throws {
     let slots = listeners.indices.map { slotBase + $0 }
     let window = Int64(settings.throughputBacklogWindow)
     let seconds = settings.throughputSeconds
@@ -496,7 +498,7 @@ final class BenchRunner {
     let listener = listeners[0]
     defer { listeners.forEach { $0.quit() } }
     let pollers = try [1000, 10_000].map { interval in
-      try startChild(name: "poll-\(interval / 1000)ms", ["bench-poll", folder + "/store.sqlite", "--interval-us", String(interval)])
+      try startChild(name: "poll-\(interval / 1000)ms", ["poll", folder + "/store.sqlite", "--interval-us", String(interval)])
     }
     defer { pollers.forEach { $0.quit() } }
     var lastRow: Int64 = 0
@@ -516,11 +518,11 @@ final class BenchRunner {
     // figure includes answering one query (tens of µs over the window): an
     // upper bound.
     BenchClock.sleep(milliseconds: 500)
-    let processes: [(String, BenchChild)] = [
+    let processes: [(String, ChildProcess)] = [
       ("GroupSync listener", listener), ("poll every 1 ms", pollers[0]), ("poll every 10 ms", pollers[1]),
       ("GroupSync, no rescan", listeners[1]),
     ]
-    func cpu(_ child: BenchChild) throws -> Int64 {
+    func cpu(_ child: ChildProcess) throws -> Int64 {
       child.send("rusage")
       return try child.read(BenchCPU.self, timeout: 30).cpuNs
     }
@@ -614,25 +616,26 @@ final class BenchRunner {
   /// Progress slots 0..<slotBase are unused; listeners take the next ones.
   private let slotBase = 1
 
-  private func startChild(name: String, _ arguments: [String]) throws -> BenchChild {
-    let child = try BenchChild(name: name, executable: executable, arguments: arguments)
+  private func startChild(name: String, _ arguments: [String]) throws -> ChildProcess {
+    let child = try ChildProcess(executable: executable, arguments: arguments, name: name)
     let ready = try child.read(BenchReady.self, timeout: 60)
     guard ready.ready else { throw BenchError("\(name) did not start") }
     return child
   }
 
   func startListeners(_ count: Int, folder: String, extra: [String] = [],
-                              extraFor: (Int) -> [String] = { _ in [] }) throws -> [BenchChild] {
-    var children: [BenchChild] = []
+                              extraFor: (Int) -> [String] = { _ in [] }) throws -> [ChildProcess] {
+    var children: [ChildProcess] = []
     // Listener slots are reused from phase to phase: reset them first.
     for index in 0..<count { progress.store(slotBase + index, 0) }
     // Start them all, then wait for each to be ready.
     for index in 0..<count {
         children.append(
-        try BenchChild(
-          name: "listener \(index + 1) of \(count)", executable: executable,
-          arguments: ["bench-listener", folder, "--progress", options.workFolder + "/progress", "--slot",
-                      String(slotBase + index)] + extra + extraFor(index)))
+        try ChildProcess(
+          executable: executable,
+          arguments: ["listener", folder, "--progress", options.workFolder + "/progress", "--slot",
+                      String(slotBase + index)] + extra + extraFor(index),
+          name: "listener \(index + 1) of \(count)"))
     }
     for child in children {
       let ready = try child.read(BenchReady.self, timeout: 120)
@@ -641,7 +644,7 @@ final class BenchRunner {
     return children
   }
 
-  func collect(_ listeners: [BenchChild], until sequence: Int64, timeout: Double = 180) throws
+  func collect(_ listeners: [ChildProcess], until sequence: Int64, timeout: Double = 180) throws
     -> [BenchListenerReport]
   {
     for listener in listeners { listener.send("collect \(sequence)") }
@@ -652,7 +655,7 @@ final class BenchRunner {
       if let previous = lastListenerCPU[id] { report.cpuDeltaNs = report.cpuNs - previous }
       lastListenerCPU[id] = report.cpuNs
       if report.timedOut {
-        throw BenchError("\(listener.name) did not receive change set \(sequence) (got to \(report.lastSequence)): \(listener.stderrText.suffix(1000))")
+        throw BenchError("\(listener.name) did not receive change set \(sequence) (got to \(report.lastSequence)): \(listener.stderr.suffix(1000))")
       }
       return report
     }
@@ -682,16 +685,18 @@ final class BenchRunner {
   /// block group of its folder), its watched folders beside the inboxes.
   private func runFloor(listeners: Int, commits: Int, intervalUs: Int, mode: String, group: String,
                         stopped: Bool = false) throws -> FloorResult {
-    let (status, output, errors) = try benchRun(
+    let floor = try ChildProcess.run(
       options.floorPath,
       ["--dir", group + "/floor-\(mode)", "--tmp", group + "/tmp", "--watchers", String(listeners), "--count",
        String(commits), "--interval-us", String(intervalUs), "--mode", mode, "--warmup", "20"]
         + (stopped ? ["--stopped"] : []), timeout: 300)
-    guard status == 0 else { throw BenchError("floor failed (\(status)): \(errors)") }
+    guard floor.succeeded else {
+      throw BenchError("floor failed (\(floor.timedOut ? "timed out" : "status \(floor.status)")): \(floor.stderr)")
+    }
     do {
-      return try JSONDecoder().decode(FloorResult.self, from: Data(output.utf8))
+      return try JSONDecoder().decode(FloorResult.self, from: Data(floor.stdout.utf8))
     } catch {
-      throw BenchError("floor printed something unreadable: \(output.prefix(200))")
+      throw BenchError("floor printed something unreadable: \(floor.stdout.prefix(200))")
     }
   }
 
@@ -852,11 +857,11 @@ final class BenchRunner {
   /// whether the engine's sources differ from it.
   static func engineRevision() -> String {
     guard let git = which("git"),
-      let head = try? benchRun(git, ["rev-parse", "--short", "HEAD"], timeout: 10), head.status == 0
+      let head = try? ChildProcess.run(git, ["rev-parse", "--short", "HEAD"], timeout: 10), head.succeeded
     else { return "unknown" }
-    let revision = head.output.trimmingCharacters(in: .whitespacesAndNewlines)
-    let status = try? benchRun(git, ["status", "--porcelain", "--", "Sources/GroupSync", "CSupport", "Package.swift"], timeout: 10)
-    let dirty = status.map { !$0.output.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty } ?? false
+    let revision = head.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    let status = try? ChildProcess.run(git, ["status", "--porcelain", "--", "Sources/GroupSync", "CSupport", "Package.swift"], timeout: 10)
+    let dirty = status.map { !$0.stdout.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty } ?? false
     return revision + (dirty ? " with uncommitted engine changes" : "")
   }
 

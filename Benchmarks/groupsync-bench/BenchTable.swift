@@ -1,6 +1,6 @@
 import Foundation
 
-/// The readable table `groupsync bench` prints.
+/// The readable table `groupsync-bench` prints.
 enum BenchTable {
   static func render(_ r: BenchResults) -> String {
     var out: [String] = []
@@ -17,7 +17,7 @@ enum BenchTable {
 
     line()
     line("1-2. Delivery latency: writer's COMMIT returned -> change set out of listener.events, at the last of N")
-    line("     listener processes; floor = bench/floor.c (200-byte file linked / renamed into N inotify-watched folders).")
+    line("     listener processes; floor = Benchmarks/floor.c (200-byte file linked / renamed into N inotify-watched folders).")
     line("     busy = bursts of back-to-back commits (includes queueing); sparse = one commit every \(r.settings.sparseIntervalMs) ms.")
     line("     GroupSync and floor link alternate in \(r.settings.rounds) blocks per stream (* = floor ran before the listeners")
     line("     instead: N listeners + N watchers would pass 128 inotify instances); floor rename runs after them.")
