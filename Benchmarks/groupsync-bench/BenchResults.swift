@@ -20,6 +20,7 @@ struct BenchResults: Codable {
   var memory: BenchMemoryResult?
   var readLatency: BenchReadLatencyResult?
   var catchUp: BenchCatchUpResult?
+  var contexts: BenchContextsResult?
   var targets: [BenchTarget] = []
   var notes: [String] = []
 }

@@ -57,6 +57,7 @@ final class BenchRunner {
     try phase("memory") { try memory() }
     try phase("read latency") { try readLatency() }
     try phase("catch-up") { try catchUp() }
+    try phase("contexts") { try contexts() }
     results.machine.loadAverageEnd = Self.loadAverage()
     results.durationSeconds = Double(BenchClock.monotonic() - start) / 1e9
     results.targets = targets()
@@ -801,6 +802,14 @@ final class BenchRunner {
           figure: "\(BenchFormat.ratio(reads.ratioP99)) (store.read p99 \(BenchFormat.us(reads.storeRead.p99)) us, "
             + "separate connection \(BenchFormat.us(reads.separateConnection.p99)) us)",
           met: reads.ratioP99 <= 2))
+    }
+    if let contexts = results.contexts {
+      targets.append(
+        BenchTarget(
+          target: "results controller over \(contexts.objects) rows, 1-row change: >= 20x less work than re-running the query",
+          figure: String(format: "%.0fx (controller p50 %.1f us, query again p50 %.1f us)", contexts.controllerAdvantage,
+                         contexts.controllerOneRow.p50, contexts.requery.p50),
+          met: contexts.controllerAdvantage >= 20))
     }
     if let fanOut = results.fanOut {
       targets.append(

@@ -136,6 +136,20 @@ enum BenchTable {
         + "history \(String(format: "%.0f", c.historyBytesPerChangeSet)) bytes per change set")
     }
 
+    if let c = r.contexts {
+      line()
+      line("9. Contexts: \(c.objects) rows, every one registered in a context; a results controller over all of them")
+      line("   (filter score >= 0, order by score). Baseline: the same query run again (Row.fetchAll), what GRDB's")
+      line("   ValueObservation does for any change to the table; alternating with the merges.")
+      row([("operation", 44), ("us", 26), ("n", 7), ("query again / it", 16)])
+      row([("merge a 1-row change set", 44), (c.mergeOneRow.text, 26), (String(c.mergeOneRow.n), 7),
+           (BenchFormat.ratio(c.mergeAdvantage), 16)])
+      row([("merge a 1000-row change set", 44), (c.mergeThousandRows.text, 26), (String(c.mergeThousandRows.n), 7), ("", 16)])
+      row([("results controller, a 1-row move", 44), (c.controllerOneRow.text, 26), (String(c.controllerOneRow.n), 7),
+           (BenchFormat.ratio(c.controllerAdvantage), 16)])
+      row([("re-running the query (baseline)", 44), (c.requery.text, 26), (String(c.requery.n), 7), ("1.00x", 16)])
+    }
+
     line()
     line("Targets")
     for t in r.targets {
