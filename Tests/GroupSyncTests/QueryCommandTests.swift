@@ -79,7 +79,12 @@ struct QueryCommandTests {
       }
       #expect(screen.contains(text), "pane: \(screen)")
     }
-    let command = "'\(CLI.executable)' query '\(directory)' '\(Self.sql)' --live; echo EXITED $?; sleep 30"
+    // tmux runs the command in its server's environment: pass on the
+    // sanitizers' settings of `make test-asan` / `test-tsan`.
+    let environment = ProcessInfo.processInfo.environment
+      .filter { ["ASAN_OPTIONS", "TSAN_OPTIONS", "UBSAN_OPTIONS"].contains($0.key) }
+      .map { "export \($0.key)='\($0.value)'; " }.joined()
+    let command = environment + "'\(CLI.executable)' query '\(directory)' '\(Self.sql)' --live; echo EXITED $?; sleep 30"
     _ = try tmux(["new-session", "-d", "-s", session, "-x", "100", "-y", "20", command])
     defer { _ = try? tmux(["kill-session", "-t", session]) }
     try waitForPane("2 rows")
