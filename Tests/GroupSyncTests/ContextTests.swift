@@ -70,6 +70,33 @@ struct ContextTests {
     #expect(throws: ContextError.self) { try context.fetch(FetchRequest(table: "note", filter: "no_such_column = 1")) }
   }
 
+  @Test func badRequestsAndEditsSayWhatIsWrong() throws {
+    try group.store.write { db in
+      try db.execute(sql: """
+        CREATE TABLE keyed(k TEXT PRIMARY KEY, v) WITHOUT ROWID;
+        CREATE TABLE odd(rowid, _rowid_, oid);
+        CREATE VIEW v AS SELECT * FROM note;
+        """)
+    }
+    let context = Context(group)
+    for (table, reason) in [("keyed", "not a table with rowids"), ("v", "not a table with rowids"), ("odd", "every rowid alias")] {
+      let error = try #require(throws: ContextError.self) { try context.fetch(FetchRequest(table: table)) }
+      #expect("\(error)".contains(reason), "\(table): \(error)")
+    }
+    let object = try context.existingObject(with: id(1))
+    context.delete(object)
+    #expect(throws: ContextError.objectDeleted(id(1))) { try object.set("body", to: "x") }
+    let stranger = ObjectID(storeID: group.store.storeID, table: "note", rowID: 77, isTemporary: true)
+    #expect(throws: ContextError.unknownTemporaryID(stranger)) { try context.object(with: stranger) }
+    #expect(try ObjectID(uri: stranger.uri) == stranger)
+    #expect(stranger.uri.hasSuffix("/note/t77"))
+    // A failing save writes nothing and keeps the changes pending.
+    let bad = try context.insert(into: "note", values: ["body": nil])  // NOT NULL
+    #expect(throws: DatabaseError.self) { try context.save() }
+    #expect(context.hasChanges && bad.objectID.isTemporary)
+    #expect(try storedRow(1) != nil, "the delete of the same save was rolled back")
+  }
+
   @Test func mergeReReadsOnlyWhatChangedAndTellsObservers() throws {
     let context = Context(group)
     let objects = try context.fetch(RankedNote.self, orderBy: [.ascending("id")])
