@@ -97,6 +97,25 @@ struct ContextTests {
     #expect(try storedRow(1) != nil, "the delete of the same save was rolled back")
   }
 
+  /// Names with double quotes, spaces and Unicode are quoted, never pasted.
+  @Test func oddTableAndColumnNamesWork() throws {
+    try group.store.write { db in
+      try db.execute(sql: #"CREATE TABLE "we""ird é"(id INTEGER PRIMARY KEY, "co""l" TEXT, "x y" INT)"#)
+      try db.execute(sql: #"INSERT INTO "we""ird é"(id, "co""l", "x y") VALUES (1, 'b', 2), (2, 'a', 1)"#)
+    }
+    let table = #"we"ird é"#
+    let context = Context(group)
+    let controller = try ResultsController(
+      context: context, request: FetchRequest(table: table, orderBy: [.ascending(#"co"l"#)]))
+    #expect(controller.objectIDs.map(\.rowID) == [2, 1])
+    let object = try controller.object(at: 0)
+    try object.set(#"co"l"#, to: "z")
+    let new = try context.insert(into: table, values: [#"co"l"#: "m", "x y": 3])
+    try context.save()
+    #expect(controller.objectIDs.map(\.rowID) == [1, new.objectID.rowID, 2])
+    #expect(try new.value("x y") == 3.databaseValue)
+  }
+
   @Test func mergeReReadsOnlyWhatChangedAndTellsObservers() throws {
     let context = Context(group)
     let objects = try context.fetch(RankedNote.self, orderBy: [.ascending("id")])

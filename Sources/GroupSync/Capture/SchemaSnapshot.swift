@@ -189,9 +189,7 @@ struct SchemaSnapshot {
   }
 
   /// SQLite folds identifiers in ASCII only.
-  static func asciiLowercased(_ name: String) -> String {
-    String(String.UnicodeScalarView(name.unicodeScalars.map { ("A"..."Z").contains($0) ? Unicode.Scalar($0.value + 32)! : $0 }))
-  }
+  static func asciiLowercased(_ name: String) -> String { SQLIdentifier.asciiLowercased(name) }
 
   /// The module of `CREATE VIRTUAL TABLE name USING module(...)`, lowercased.
   private static func virtualModule(_ sql: String) -> String? {

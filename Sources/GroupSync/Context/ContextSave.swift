@@ -160,7 +160,7 @@ struct ContextWriter {
   @discardableResult
   private func insert(_ values: RowValues, into table: TableName, rowID: Int64? = nil, _ db: Database) throws -> Int64 {
     let info = try tables.info(table, db)
-    let columns = values.columns.map(\.quotedDatabaseIdentifier)
+    let columns = values.columns.map(SQLIdentifier.quoted)
     var sql = "INSERT INTO \(info.quotedName)"
     sql += columns.isEmpty ? " DEFAULT VALUES" : "(\(columns.joined(separator: ", "))) VALUES (\(databaseQuestionMarks(count: columns.count)))"
     try db.execute(sql: sql, arguments: StatementArguments(values.values))
@@ -176,7 +176,7 @@ struct ContextWriter {
   private func update(_ rowID: Int64, in table: TableName, set values: RowValues, _ db: Database) throws {
     guard !values.isEmpty else { return }
     let info = try tables.info(table, db)
-    let assignments = values.columns.map { "\($0.quotedDatabaseIdentifier) = ?" }.joined(separator: ", ")
+    let assignments = values.columns.map { "\(SQLIdentifier.quoted($0)) = ?" }.joined(separator: ", ")
     try db.execute(
       sql: "UPDATE \(info.quotedName) SET \(assignments) WHERE \(info.rowIDName) = ?",
       arguments: StatementArguments(values.values) + [rowID])

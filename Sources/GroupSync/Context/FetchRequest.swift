@@ -28,7 +28,7 @@ public struct FetchRequest: Sendable {
   /// `SELECT <rowid>, <sort keys>, *` with the filter, the order and the
   /// limit; `onlyRowIDs` adds a condition on a JSON array of rowids.
   func sql(_ info: TableInfoCache.Info, onlyRowIDs: Bool = false) -> String {
-    let keys = sortDescriptors.map { $0.column.quotedDatabaseIdentifier }
+    let keys = sortDescriptors.map { SQLIdentifier.quoted($0.column) }
     var sql = "SELECT " + ([info.rowIDName] + keys + ["*"]).joined(separator: ", ") + " FROM " + info.quotedName
     var conditions: [String] = []
     if let filter { conditions.append("(\(filter))") }
@@ -111,6 +111,6 @@ public struct SortDescriptor: Sendable, Equatable {
   }
 
   var sql: String {
-    "\(column.quotedDatabaseIdentifier) COLLATE \(collation.rawValue) \(ascending ? "ASC" : "DESC")"
+    "\(SQLIdentifier.quoted(column)) COLLATE \(collation.rawValue) \(ascending ? "ASC" : "DESC")"
   }
 }

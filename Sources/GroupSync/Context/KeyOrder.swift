@@ -33,7 +33,8 @@ struct KeyOrder {
     case (.int64, _), (.double, _): return -1
     case (_, .int64), (_, .double): return 1
     case (.string(let x), .string(let y)):
-      return collation == .nocase ? bytes(Self.folded(x), Self.folded(y)) : bytes(Array(x.utf8), Array(y.utf8))
+      return collation == .nocase
+        ? bytes(SQLIdentifier.asciiFolded(x), SQLIdentifier.asciiFolded(y)) : bytes(Array(x.utf8), Array(y.utf8))
     case (.string, .blob): return -1
     case (.blob, .string): return 1
     case (.blob(let x), .blob(let y)): return bytes(Array(x), Array(y))
@@ -53,10 +54,5 @@ struct KeyOrder {
   private static func bytes(_ x: [UInt8], _ y: [UInt8]) -> Int {
     for (p, q) in zip(x, y) where p != q { return p < q ? -1 : 1 }
     return x.count < y.count ? -1 : (x.count > y.count ? 1 : 0)
-  }
-
-  /// NOCASE folds ASCII letters only.
-  private static func folded(_ text: String) -> [UInt8] {
-    text.utf8.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }
   }
 }

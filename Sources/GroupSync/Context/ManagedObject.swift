@@ -182,11 +182,7 @@ struct RowValues: Equatable {
 
   private func index(of column: String) -> Int? {
     if let exact = columns.firstIndex(of: column) { return exact }
-    let wanted = Self.folded(column)
-    return columns.firstIndex { Self.folded($0) == wanted }
-  }
-
-  private static func folded(_ name: String) -> [UInt8] {
-    name.utf8.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }
+    let wanted = SQLIdentifier.asciiFolded(column)
+    return columns.firstIndex { SQLIdentifier.asciiFolded($0) == wanted }
   }
 }

@@ -22,11 +22,11 @@ final class TableInfoCache {
     }
     let columns = try String.fetchAll(
       db.cachedStatement(sql: "SELECT name FROM pragma_table_xinfo(?, 'main')"), arguments: [table.name])
-    let taken = Set(columns.map(Self.asciiLowercased))
+    let taken = Set(columns.map(SQLIdentifier.asciiLowercased))
     guard let alias = ["_rowid_", "rowid", "oid"].first(where: { !taken.contains($0) }) else {
       throw ContextError.invalidRequest("every rowid alias of '\(table.name)' is a column name")
     }
-    let info = Info(rowIDName: alias, quotedName: table.name.quotedDatabaseIdentifier)
+    let info = Info(rowIDName: alias, quotedName: table.quoted)
     infos[table] = info
     return info
   }
@@ -58,9 +58,5 @@ final class TableInfoCache {
     let statement = try db.cachedStatement(
       sql: "SELECT \(info.rowIDName), * FROM \(info.quotedName) WHERE \(info.rowIDName) = ?")
     return try Row.fetchOne(statement, arguments: [rowID]).map { RowValues($0, droppingFirst: 1) }
-  }
-
-  static func asciiLowercased(_ name: String) -> String {
-    String(decoding: name.utf8.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self)
   }
 }

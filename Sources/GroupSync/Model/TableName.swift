@@ -27,5 +27,5 @@ public struct TableName: Hashable, Comparable, Sendable, ExpressibleByStringLite
 
   /// The name as an SQL identifier: in double quotes, each double quote
   /// doubled. (GRDB's `quotedDatabaseIdentifier` leaves quotes as they are.)
-  var quoted: String { "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+  var quoted: String { SQLIdentifier.quoted(name) }
 }
