@@ -116,6 +116,16 @@ struct ContextTests {
     #expect(try new.value("x y") == 3.databaseValue)
   }
 
+  @Test func anObjectOutlivesItsContextOnlyAsValues() throws {
+    var context: Context? = Context(group)
+    let loaded = try context!.existingObject(with: id(1))
+    let fault = try context!.object(with: id(2))
+    context = nil
+    #expect(try loaded.value("body") == "a".databaseValue, "a loaded snapshot stays readable")
+    #expect(throws: ContextError.contextReleased(id(2))) { try fault.row() }
+    #expect(throws: ContextError.contextReleased(id(1))) { try loaded.set("body", to: "x") }
+  }
+
   @Test func mergeReReadsOnlyWhatChangedAndTellsObservers() throws {
     let context = Context(group)
     let objects = try context.fetch(RankedNote.self, orderBy: [.ascending("id")])

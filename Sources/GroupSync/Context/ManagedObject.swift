@@ -29,7 +29,8 @@ public final class ManagedObject {
   /// The row's ID; temporary (``ObjectID/isTemporary``) until the insert is
   /// saved.
   public internal(set) var objectID: ObjectID
-  unowned let context: Context
+  /// Weak, as in Core Data: an object outlives its context only as values.
+  weak var context: Context?
   var state: StoreState
   /// Column values set and not saved, by column name as the user wrote it.
   var pending: RowValues = RowValues()
@@ -91,7 +92,7 @@ public final class ManagedObject {
   public func set(_ column: String, to value: (any DatabaseValueConvertible)?) throws {
     try checkEditable()
     pending[column] = value?.databaseValue ?? .null
-    context.objectDidChange(self)
+    context?.objectDidChange(self)
   }
 
   /// Sets every column of `record` whose value differs from the current one,
@@ -102,13 +103,14 @@ public final class ManagedObject {
     for (column, value) in try record.databaseDictionary where current[column] != value {
       pending[column] = value
     }
-    context.objectDidChange(self)
+    context?.objectDidChange(self)
   }
 
   /// The snapshot with the pending edits on top, reading a fault first.
   func values() throws -> RowValues {
     switch state {
     case .fault:
+      guard let context else { throw ContextError.contextReleased(objectID) }
       try context.fulfill(self)
       return try values()
     case .snapshot(let values):
@@ -121,6 +123,7 @@ public final class ManagedObject {
   }
 
   private func checkEditable() throws {
+    if context == nil { throw ContextError.contextReleased(objectID) }
     if isDeleted { throw ContextError.objectDeleted(objectID) }
     if isGone { throw ContextError.objectGone(objectID) }
   }

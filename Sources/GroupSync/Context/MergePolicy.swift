@@ -68,6 +68,9 @@ public enum ContextError: Error, Equatable, Sendable, CustomStringConvertible {
   /// A temporary ID the context does not know (made by another context, or
   /// its object was rolled back).
   case unknownTemporaryID(ObjectID)
+  /// The object's context was released: a fault cannot be read, nor an
+  /// edit saved.
+  case contextReleased(ObjectID)
   /// The table is not a table of the store with rowids, or a column is
   /// unknown.
   case invalidRequest(String)
@@ -79,6 +82,7 @@ public enum ContextError: Error, Equatable, Sendable, CustomStringConvertible {
     case .objectDeleted(let id): "\(id) was deleted in this context; it cannot be edited"
     case .foreignStore(let id): "\(id) names another store than this context's"
     case .unknownTemporaryID(let id): "\(id) is a temporary ID this context does not know"
+    case .contextReleased(let id): "the context of \(id) was released"
     case .invalidRequest(let reason): "invalid request: \(reason)"
     }
   }
