@@ -384,6 +384,23 @@ struct ListenerTests {
     second.close()
   }
 
+  /// A signal handler's thread closes while the consumer, its iteration
+  /// ended, closes too and the process exits: the second close returns
+  /// only once the first has removed the folder.
+  @Test func aSecondCloseReturnsOnceTheFirstHasCleanedUp() throws {
+    let folder = try TemporaryFolder()
+    let group = try GroupFolder(path: folder.child("group"))
+    for _ in 0..<30 {
+      let listener = try group.listen()
+      let listenerFolder = group.layout.listenerFolder(listener.name)
+      let other = Thread { listener.close() }
+      other.start()
+      while !listener.isClosed { sched_yield() }  // the other close has begun
+      listener.close()
+      #expect(!FileManager.default.fileExists(atPath: listenerFolder))
+    }
+  }
+
   // MARK: Closing and the callback form
 
   /// Whether `task` finished within `timeout`; cancels it if not.

@@ -246,7 +246,14 @@ public final class Listener: @unchecked Sendable {
       }
       return (shared.waiter, shared.watch, true)
     }
-    guard first else { return }
+    guard first else {
+      // Another thread is closing (a signal handler's, say): return once
+      // its clean-up is done, so that a process may exit right after.
+      let deadline = ContinuousClock.now + .seconds(5)
+      while !closeFinished.withLock({ $0 }) && ContinuousClock.now < deadline { usleep(1_000) }
+      return
+    }
+    defer { closeFinished.withLock { $0 = true } }
     watch?.cancel()
     LocalListeners.shared.remove(self, group: group.root)
     let folders = folderSnapshot.withLock { $0 }
@@ -260,6 +267,9 @@ public final class Listener: @unchecked Sendable {
     replacementLocks.withLock { $0.forEach { $0.release() } }
     waiter?.resume()
   }
+
+  /// Whether the first close() has finished its clean-up.
+  private let closeFinished = Locked(false)
 
   /// The folders as close() may use them from any thread.
   private let folderSnapshot = Locked<Folders?>(nil)
