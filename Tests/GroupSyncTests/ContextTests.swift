@@ -126,6 +126,23 @@ struct ContextTests {
     #expect(throws: ContextError.contextReleased(id(1))) { try loaded.set("body", to: "x") }
   }
 
+  /// SQLite finds `NOTE` for a table declared `note`; change sets name it
+  /// as declared, so the context registers objects under that spelling.
+  @Test func aTableNamedInAnotherCaseIsTheSameTable() throws {
+    let context = Context(group)
+    let fetched = try context.fetch(FetchRequest(table: "NOTE", orderBy: [.ascending("id")]))
+    #expect(fetched.first?.objectID == id(1))
+    let upper = ObjectID(storeID: group.store.storeID, table: "Note", rowID: 2)
+    #expect(try context.object(with: upper) === fetched[1])
+    let controller = try ResultsController(context: context, request: FetchRequest(table: "nOtE", orderBy: [.descending("body")]))
+    try context.merge(try storeWrite("UPDATE note SET body = 'z' WHERE id = 1"))
+    #expect(try fetched[0].value("body") == "z".databaseValue)
+    #expect(controller.objectIDs == [id(1), id(3), id(2)])
+    let new = try context.insert(into: "NOTE", values: ["body": "new"])
+    try context.save()
+    #expect(new.objectID.table == "note")
+  }
+
   @Test func mergeReReadsOnlyWhatChangedAndTellsObservers() throws {
     let context = Context(group)
     let objects = try context.fetch(RankedNote.self, orderBy: [.ascending("id")])

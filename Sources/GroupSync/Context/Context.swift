@@ -69,7 +69,13 @@ public final class Context {
     guard id.storeID == store.storeID else { throw ContextError.foreignStore(id) }
     if let object = registeredObject(for: id) { return object }
     if id.isTemporary { throw ContextError.unknownTemporaryID(id) }
-    return register(ManagedObject(objectID: id, context: self, state: .fault))
+    // Registered under the schema's spelling of the table, as change sets
+    // name it.
+    let given = TableName(id.table)
+    let table = try tables.cachedName(given) ?? store.read { db in try self.tables.info(given, db).name }
+    let canonical = ObjectID(storeID: id.storeID, table: table, rowID: id.rowID)
+    if let object = registeredObject(for: canonical) { return object }
+    return register(ManagedObject(objectID: canonical, context: self, state: .fault))
   }
 
   /// The object for `id` with its row read: throws
@@ -100,8 +106,10 @@ public final class Context {
   /// The rows `request` selects, registered: an object already registered
   /// is returned as it is (its snapshot refreshed unless it has changes).
   public func fetch(_ request: FetchRequest) throws -> [ManagedObject] {
-    let rows = try store.read { db in try request.fetchRows(db, tables: self.tables) }
-    return rows.map { register(rowID: $0.rowID, table: request.table, values: $0.values) }
+    let (rows, table) = try store.read { db in
+      (try request.fetchRows(db, tables: self.tables), try self.tables.info(TableName(request.table), db).name)
+    }
+    return rows.map { register(rowID: $0.rowID, table: table, values: $0.values) }
   }
 
   /// Every row of `Record`'s table matching `filter`, registered.

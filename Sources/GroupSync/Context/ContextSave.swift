@@ -23,7 +23,8 @@ extension Context {
       let object = outcome.object
       if let rowID = outcome.insertedRowID {
         insertedObjects[object.objectID.rowID] = nil
-        object.objectID = ObjectID(storeID: store.storeID, table: object.objectID.table, rowID: rowID)
+        let table = tables.cachedName(TableName(object.objectID.table)) ?? object.objectID.table
+        object.objectID = ObjectID(storeID: store.storeID, table: table, rowID: rowID)
         object.state = .fault
         register(object)
       }

@@ -21,6 +21,8 @@ import GRDB
 public final class ResultsController {
   public let request: FetchRequest
   public let context: Context
+  /// The request's table as the schema spells it (change sets do).
+  private var table: TableName
   /// The rowids in order, their sort keys alongside.
   private var rowIDs: [Int64] = []
   private var keys: [[DatabaseValue]] = []
@@ -36,6 +38,7 @@ public final class ResultsController {
     self.context = context
     self.request = request
     self.order = KeyOrder(request.sortDescriptors)
+    self.table = TableName(request.table)
     try performFetch(notify: false)
     context.addController(self)
   }
@@ -70,23 +73,24 @@ public final class ResultsController {
 
   /// Re-runs the whole request; `notify`: report the difference.
   func performFetch(notify: Bool) throws {
-    let (rows, others) = try context.store.read { db in
-      let others = try request.readTables(db, tables: context.tables).subtracting([TableName(request.table)])
-      return (try request.fetchRows(db, tables: context.tables), others)
+    let (rows, others, table) = try context.store.read { db in
+      let table = TableName(try context.tables.info(TableName(request.table), db).name)
+      let others = try request.readTables(db, tables: context.tables).subtracting([table])
+      return (try request.fetchRows(db, tables: context.tables), others, table)
     }
     otherTables = others
+    self.table = table
     let old = rowIDs
     rowIDs = rows.map(\.rowID)
     keys = rows.map(\.keys)
     keysByRowID = Dictionary(rows.map { ($0.rowID, $0.keys) }, uniquingKeysWith: { a, _ in a })
-    for row in rows { context.register(rowID: row.rowID, table: request.table, values: row.values) }
+    for row in rows { context.register(rowID: row.rowID, table: table.name, values: row.values) }
     if notify { report(from: old, changed: Set(rowIDs)) }
   }
 
   /// Brings the list up to date with a merged or saved change set.
   func apply(_ changeSet: ChangeSet) throws {
     guard changeSet.storeID == context.store.storeID else { return }
-    let table = TableName(request.table)
     let touched = changeSet.tables[table]
     let othersChanged = otherTables.contains { changeSet.tables[$0] != nil || changeSet.invalidatedTableNames.contains($0) }
     if changeSet.invalidatedTableNames.contains(table) || othersChanged || (request.limit != nil && touched != nil) {
@@ -101,7 +105,7 @@ public final class ResultsController {
     for rowID in touched.deleted + changed { remove(rowID) }
     for row in matching {
       insert(row)
-      context.register(rowID: row.rowID, table: request.table, values: row.values)
+      context.register(rowID: row.rowID, table: table.name, values: row.values)
     }
     report(from: old, changed: Set(matching.map(\.rowID)))
   }
@@ -154,7 +158,7 @@ public final class ResultsController {
   }
 
   private func objectID(_ rowID: Int64) -> ObjectID {
-    ObjectID(storeID: context.store.storeID, table: request.table, rowID: rowID)
+    ObjectID(storeID: context.store.storeID, table: table.name, rowID: rowID)
   }
 }
 

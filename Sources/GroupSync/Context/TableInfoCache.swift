@@ -4,6 +4,9 @@ import GRDB
 /// column shadows, and a quoted name; and the reads by rowid it makes.
 final class TableInfoCache {
   struct Info {
+    /// The name as the schema spells it, which change sets use: SQLite
+    /// finds `NOTE` for a table declared `note`.
+    let name: String
     /// `_rowid_`, `rowid` or `oid`: the first that is not a column name.
     let rowIDName: String
     let quotedName: String
@@ -14,7 +17,8 @@ final class TableInfoCache {
   func info(_ table: TableName, _ db: Database) throws -> Info {
     if let info = infos[table] { return info }
     let entry = try Row.fetchOne(
-      db.cachedStatement(sql: "SELECT type, wr FROM pragma_table_list WHERE schema = 'main' AND name = ?"),
+      db.cachedStatement(
+        sql: "SELECT type, wr, name FROM pragma_table_list WHERE schema = 'main' AND name = ? COLLATE NOCASE"),
       arguments: [table.name])
     guard let entry, ["table", "virtual"].contains(entry[0] as String), (entry[1] as Int64) == 0 else {
       throw ContextError.invalidRequest(
@@ -26,10 +30,14 @@ final class TableInfoCache {
     guard let alias = ["_rowid_", "rowid", "oid"].first(where: { !taken.contains($0) }) else {
       throw ContextError.invalidRequest("every rowid alias of '\(table.name)' is a column name")
     }
-    let info = Info(rowIDName: alias, quotedName: table.quoted)
+    let name: String = entry[2]
+    let info = Info(name: name, rowIDName: alias, quotedName: TableName(name).quoted)
     infos[table] = info
     return info
   }
+
+  /// The schema's spelling of `table`, if already known (no I/O).
+  func cachedName(_ table: TableName) -> String? { infos[table]?.name }
 
   /// A table's schema may have changed.
   func forget(_ table: TableName) { infos[table] = nil }
