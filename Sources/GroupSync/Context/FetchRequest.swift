@@ -67,13 +67,7 @@ public struct FetchRequest: Sendable {
   /// The tables the request reads, as SQLite tells from its statement.
   func readTables(_ db: Database, tables: TableInfoCache) throws -> Set<TableName> {
     let info = try tables.info(TableName(table), db)
-    let region = try db.makeStatement(sql: sql(info)).databaseRegion
-    let names = try String.fetchAll(db, sql: "SELECT name FROM main.sqlite_schema WHERE type = 'table'")
-    var read = Set<TableName>()
-    for name in names where region.isModified(byEventsOfKind: .insert(tableName: name)) {
-      read.insert(TableName(name))
-    }
-    return read
+    return try db.makeStatement(sql: sql(info)).tablesRead(db)
   }
 }
 

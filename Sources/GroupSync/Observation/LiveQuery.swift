@@ -49,12 +49,7 @@ public struct LiveQuery {
       guard statement.isReadonly else {
         throw DatabaseError(resultCode: .SQLITE_MISUSE, message: "only a query (SELECT) can be live: \(sql)")
       }
-      let region = statement.databaseRegion
-      let names = try String.fetchAll(db, sql: "SELECT name FROM main.sqlite_schema WHERE type = 'table'")
-      var tables = Set<TableName>()
-      for name in names where region.isModified(byEventsOfKind: .insert(tableName: name)) {
-        tables.insert(TableName(name))
-      }
+      let tables = try statement.tablesRead(db)
       let rows = try Row.fetchAll(statement).map { Array($0.databaseValues) }
       return (Array(statement.columnNames), rows, tables)
     }
