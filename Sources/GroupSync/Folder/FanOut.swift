@@ -47,11 +47,12 @@ final class FanOut: Sendable {
     rootPath = root.path
   }
 
-  /// Delivers `changeSet` (encoded as `bytes`) and says which live
-  /// listeners did not get it; they fill the gap from the store's history.
-  func deliver(_ changeSet: ChangeSet, encoded bytes: [UInt8]) -> [PublishFailure] {
+  /// Delivers `changeSet` of store `store` (encoded as `bytes`) and says
+  /// which live listeners did not get it; they fill the gap from the
+  /// store's history.
+  func deliver(_ changeSet: ChangeSet, encoded bytes: [UInt8], store: String) -> [PublishFailure] {
     let local = LocalListeners.shared.listeners(in: rootPath)
-    for listener in local { listener.receiveInProcess(changeSet) }
+    for listener in local { listener.receiveInProcess(changeSet, store: store) }
     let localNames = Set(local.map(\.name))
     return folders.withLock { folders in
       var failures: [PublishFailure] = []
@@ -63,8 +64,8 @@ final class FanOut: Sendable {
       }
       sweepTemporaryFiles(&folders)
       guard !targets.isEmpty else { return failures }
-      let fileName = GroupLayout.fileName(sequence: changeSet.sequence)
-      let tmpName = "\(fileName).\(System.processID).\(token).tmp"
+      let fileName = GroupLayout.fileName(store: store, sequence: changeSet.sequence)
+      let tmpName = Self.temporaryName(fileName, token: token)
       guard let tmp = try? tmpFolder(&folders) else {
         return failures + targets.map { PublishFailure(listener: $0.name, error: GroupSyncError.unsafeEntry(
           path: rootPath + "/tmp", reason: "it cannot be opened as a folder")) }
@@ -108,6 +109,11 @@ final class FanOut: Sendable {
     let listeners = try root.child(GroupLayout.listenersFolder, create: true)
     folders.listeners = listeners
     return listeners
+  }
+
+  /// `tmp/`, made anew if something else took its place.
+  func tmpFolder() throws -> SafeDirectory {
+    try folders.withLock { try tmpFolder(&$0) }
   }
 
   private func tmpFolder(_ folders: inout Folders) throws -> SafeDirectory {
@@ -182,6 +188,12 @@ final class FanOut: Sendable {
     return live
   }
 
+  /// A name in `tmp/` for `base`, unique to this process and `token`,
+  /// which the sweep of stale files recognizes.
+  static func temporaryName(_ base: String, token: UInt32) -> String {
+    "\(base).\(System.processID).\(token).tmp"
+  }
+
   private static func same(_ a: timespec, _ b: timespec) -> Bool { a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec }
 
   private func write(_ bytes: [UInt8], named name: String, in folder: SafeDirectory) throws {
@@ -213,11 +225,14 @@ final class FanOut: Sendable {
     }
   }
 
-  /// Whether a temporary name (`SEQ.changeset.PID.TOKEN.tmp`) is of a
+  /// Whether a temporary name (`[STORE.]SEQ.changeset.PID.TOKEN.tmp`, or
+  /// a store being installed, `install.STORE.PID.TOKEN.tmp`) is of a
   /// process that is still running.
   private static func isFromLiveWriter(_ name: UnsafeBufferPointer<UInt8>) -> Bool {
     let parts = name.split(separator: UInt8(ascii: "."))
-    guard parts.count == 5, let pid = Int32(String(decoding: parts[2], as: UTF8.self)), pid > 0 else { return false }
+    guard parts.count >= 5, let pid = Int32(String(decoding: parts[parts.count - 3], as: UTF8.self)), pid > 0 else {
+      return false
+    }
     return kill(pid, 0) == 0 || errno == EPERM
   }
 }

@@ -22,6 +22,8 @@ public final class GroupFolder: Sendable {
   let root: SafeDirectory
   /// Hands notes (defaults changes, notifications) to in-process observers.
   let noteHub: NoteHub
+  /// Every store of the group, opened on first use.
+  let directory: StoreDirectory
 
   /// Opens a group folder.
   ///
@@ -57,17 +59,13 @@ public final class GroupFolder: Sendable {
     } else if !create {
       throw GroupSyncError.notAGroupFolder(path)
     }
-    let fanOut = FanOut(root: root)
-    let root = root
-    store = try Store(
-      path: layout.store, configuration: configuration, options: options,
-      durableFloor: { db in DurableCursor.lowestPlace(root: root, db).map { $0 + 1 } }
-    ) { fanOut.deliver($0, encoded: $1) }
-    let (layout, store) = (layout, store)
+    directory = try StoreDirectory(root: root, layout: layout, configuration: configuration, options: options)
+    store = directory.main
+    let directory = directory
     noteHub = NoteHub {
       try Listener(
-        root: root, group: layout, name: GroupFolder.ephemeralName(), store: store, options: ListenerOptions(),
-        ephemeral: true, durable: false)
+        directory: directory, name: GroupFolder.ephemeralName(), options: ListenerOptions(), ephemeral: true,
+        durable: false)
     }
   }
 
@@ -90,8 +88,7 @@ public final class GroupFolder: Sendable {
     if durable && name == nil { throw GroupSyncError.invalidListenerName("(a durable listener needs a name)") }
     let ephemeral = name == nil
     let name = name ?? Self.ephemeralName()
-    return try Listener(
-      root: root, group: layout, name: name, store: store, options: options, ephemeral: ephemeral, durable: durable)
+    return try Listener(directory: directory, name: name, options: options, ephemeral: ephemeral, durable: durable)
   }
 
   /// Forgets a durable listener that is gone for good, so that retention

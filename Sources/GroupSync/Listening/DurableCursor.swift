@@ -3,9 +3,10 @@ import GRDB
 import Glibc
 #endif
 
-/// Where a durable listener keeps its place: the last sequence it
-/// acknowledged, in `listeners/NAME/cursor` or, for consumers whose state
-/// lives in the store, in the store's `groupsync_cursors` table.
+/// Where a durable listener keeps its place in one store: the last
+/// sequence it acknowledged, in `listeners/NAME/cursor` (the main store;
+/// `cursor.STORE` for another) or, for consumers whose state lives in the
+/// store, in the store's `groupsync_cursors` table.
 ///
 /// The file holds 16 bytes: the sequence and its bitwise complement, little
 /// endian, so that a torn or planted file is told apart from a place.
@@ -21,10 +22,15 @@ final class DurableCursor: Sendable {
   }
   let storage: Storage
 
-  /// Opens (creating, unless `readOnly`) the cursor file in a listener's
-  /// folder.
-  init(file folder: SafeDirectory, readOnly: Bool = false) throws {
-    storage = .file(try folder.openFile(Self.fileName, readOnly ? O_RDONLY : O_RDWR | O_CREAT))
+  /// Opens (creating, unless `readOnly`) the cursor file of `store` in a
+  /// listener's folder.
+  init(file folder: SafeDirectory, store: String = GroupLayout.mainStoreName, readOnly: Bool = false) throws {
+    storage = .file(try folder.openFile(Self.fileName(store: store), readOnly ? O_RDONLY : O_RDWR | O_CREAT))
+  }
+
+  /// `cursor` for the main store, `cursor.STORE` for another.
+  static func fileName(store: String) -> String {
+    store == GroupLayout.mainStoreName ? fileName : fileName + "." + store
   }
 
   /// The cursor row `name` of `store`.
@@ -93,7 +99,8 @@ final class DurableCursor: Sendable {
   /// The lowest place any durable listener of the group keeps (file
   /// cursors under `listeners/`, and the store's cursor table), for
   /// retention: soft limits do not purge past it.
-  static func lowestPlace(root: SafeDirectory, _ db: Database) -> Int64? {
+  static func lowestPlace(root: SafeDirectory, store: String, _ db: Database) -> Int64? {
+    let fileName = fileName(store: store)
     var lowest: Int64?
     func note(_ place: Int64) { lowest = min(lowest ?? place, place) }
     if let listeners = try? root.child(GroupLayout.listenersFolder, create: false) {

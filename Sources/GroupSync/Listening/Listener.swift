@@ -4,22 +4,23 @@ import GRDB
 import Logging
 import Synchronization
 
-/// Receives the change sets of every process writing to a group's store,
-/// in sequence order, each exactly once.
+/// Receives the change sets of every process writing to a group's stores,
+/// each store's in its sequence order, each exactly once.
 ///
 /// A listener owns an inbox folder: it locks it for its whole life, empties
-/// it on start (the store already holds every earlier change), watches it,
+/// it on start (the stores already hold every earlier change), watches it,
 /// and removes each file once delivered. A change set that does not arrive
-/// (its writer died after COMMIT, its file was lost) is read from the
-/// store's history; what the history cannot answer becomes a ``Reset``.
-/// For example:
+/// (its writer died after COMMIT, its file was lost) is read from its
+/// store's history; what the history cannot answer becomes a ``Reset`` of
+/// that store. A read-only store replaced as a whole is a reset of that
+/// store too. For example:
 ///
 /// ```swift
 /// let listener = try group.listen(as: "ui")
 /// for await event in listener.events {
 ///   switch event {
-///   case .changes(let changeSet): cache.merge(changeSet)
-///   case .reset: cache.reloadAll()
+///   case .changes(let changeSet): cache.merge(changeSet)      // changeSet.storeID says which store
+///   case .reset(let reset): cache.reload(store: reset.store)  // nil: every store
 ///   }
 /// }
 /// ```
@@ -32,28 +33,28 @@ import Synchronization
 public final class Listener: @unchecked Sendable {
   /// The listener's name: its folder under `listeners/`.
   public let name: String
-  /// The sequence number the listener starts after: the store's when it
-  /// started, or, for a durable listener, the last one it acknowledged.
-  public private(set) var startSequence: Int64 = 0
+  /// The sequence number of the main store the listener starts after: the
+  /// store's when it started, or, for a durable listener, the last one it
+  /// acknowledged.
+  public var startSequence: Int64 { streams[0].startSequence }
   /// Whether the listener keeps its place while its process is not running.
   public let isDurable: Bool
   public let options: ListenerOptions
 
   let group: GroupLayout
-  private let storeID: UUID
+  private let directory: StoreDirectory
   private let root: SafeDirectory
   private let removeFolderOnClose: Bool
   private let lock: ListenerLock
-  private let reader: StoreReader
-  private let store: Store
-  private let cursor: DurableCursor?
 
   /// What the watcher thread and in-process writers hand over.
   private struct Shared {
-    var hintedSequences: [Int64] = []
+    var hintedSequences: [(store: String, sequence: Int64)] = []
     var rescanRequested = true
     var storeCheckRequested = false
-    var inProcess: [Int64: ChangeSet] = [:]
+    /// Change sets this process committed, by store and sequence.
+    var inProcess: [String: [Int64: ChangeSet]] = [:]
+    var inProcessCount = 0
     var inProcessRows = 0
     var inProcessOverflowed = false
     var waiter: CheckedContinuation<Void, Never>?
@@ -64,31 +65,16 @@ public final class Listener: @unchecked Sendable {
   private let shared = Locked(Shared())
   private static let maximumHints = 4096
   private let consuming = Atomic<Bool>(false)
-  /// `nextSequence`, readable from the watcher thread.
+  /// The main store's next sequence, readable from the watcher thread, so
+  /// that our own removals of delivered files wake nobody.
   private let deliveredThrough = Atomic<Int64>(0)
 
   // Consumer-only state.
-  private var nextSequence: Int64 = 0
+  /// One stream per store of the group: the main store first.
+  private var streams: [StoreStream]
+  /// The stream to try first next time, so that no store starves another.
+  private var nextStream = 0
   private var folders: Folders
-  /// Change sets in the inbox, within `window` of `nextSequence`; later
-  /// ones are only noted, so memory stays bounded whatever the backlog.
-  private var inboxSequences = Set<Int64>()
-  private var moreBeyondWindow = false
-  private static let window: Int64 = 4096
-  private var gapDeadline: ContinuousClock.Instant?
-  /// The store's last sequence as read on the last rescan tick.
-  private var storeSequence: Int64 = 0
-  /// What the last foreign-writer check saw.
-  private var dataVersion: (version: Int64, sequence: Int64)?
-  /// Durable only: change sets up to this one are replayed from the
-  /// history at once, without waiting for files.
-  private var replayThrough: Int64 = 0
-  private var replayBuffer: [HistoryEntry] = []
-  /// Durable only: the last sequence delivered, and acknowledged.
-  private var lastDelivered: Int64 = 0
-  private var lastAcknowledged: Int64 = 0
-  /// Durable only: the place expired while the process was not running.
-  private var expiry: String?
 
   /// The listener's folders, reopened when something replaced them.
   private struct Folders {
@@ -97,18 +83,13 @@ public final class Listener: @unchecked Sendable {
     var inbox: SafeDirectory
   }
 
-  init(
-    root: SafeDirectory, group: GroupLayout, name: String, store: Store, options: ListenerOptions, ephemeral: Bool,
-    durable: Bool
-  ) throws {
-    let storeID = store.storeID
-    self.store = store
+  init(directory: StoreDirectory, name: String, options: ListenerOptions, ephemeral: Bool, durable: Bool) throws {
+    self.directory = directory
     self.isDurable = durable
     guard GroupLayout.isValidListenerName(name) else { throw GroupSyncError.invalidListenerName(name) }
     self.name = name
-    self.group = group
-    self.root = root
-    self.storeID = storeID
+    group = directory.layout
+    root = directory.root
     self.options = options
     self.removeFolderOnClose = ephemeral || options.removeFolderOnClose
     let listeners = try Self.ownedFolder(GroupLayout.listenersFolder, in: root, listener: name)
@@ -116,31 +97,20 @@ public final class Listener: @unchecked Sendable {
     lock = try ListenerLock(in: folder, name: name)
     let inbox = try Self.ownedFolder(GroupLayout.inboxFolder, in: folder, listener: name)
     folders = Folders(listeners: listeners, folder: folder, inbox: inbox)
-    if durable {
-      cursor = try options.acknowledgement == .inStore
-        ? DurableCursor(store: store, name: name) : DurableCursor(file: folder)
-    } else {
-      cursor = nil
-    }
-    // Order matters: lock, then empty the inbox, then read the sequence.
+    streams = []
+    // Order matters: lock, then empty the inbox, then read the sequences.
     // A writer that saw us dead committed before the lock, so before the
     // sequence is read; anything it linked meanwhile is at or below it.
-    try inbox.clear()
-    reader = try StoreReader(path: group.store)
-    folderSnapshot.withLock { [folders] in $0 = folders }
-    // Registered in-process before the sequence is read: this process's
-    // commits after it come in memory, never through the inbox.
-    LocalListeners.shared.add(self, group: group.root)
     do {
-      let (version, sequence) = try reader.dataVersionAndSequence()
-      startSequence = sequence
-      dataVersion = (version, sequence)
-      storeSequence = sequence
-      if let cursor { try resume(cursor, storeSequence: sequence) }
-      nextSequence = startSequence + 1
-      lastDelivered = startSequence
-      lastAcknowledged = startSequence
-      deliveredThrough.store(nextSequence, ordering: .relaxed)
+      try inbox.clear()
+      folderSnapshot.withLock { [folders] in $0 = folders }
+      // Registered in-process before the sequences are read: this
+      // process's commits after it come in memory, never through the inbox.
+      LocalListeners.shared.add(self, group: group.root)
+      for store in try directory.all() {
+        streams.append(try makeStream(store, fromStart: false))
+      }
+      deliveredThrough.store(streams[0].nextSequence, ordering: .relaxed)
       let watch = try watchInbox(inbox)
       shared.withLock { $0.watch = watch }
     } catch {
@@ -150,52 +120,42 @@ public final class Listener: @unchecked Sendable {
     }
   }
 
-  deinit { close() }
-
-  /// Finds a durable listener's place: everything after it up to the
-  /// store's sequence is replayed from the history; a place the history
-  /// no longer reaches is an expired reset.
-  private func resume(_ cursor: DurableCursor, storeSequence: Int64) throws {
-    let acknowledged: Int64?
-    do {
-      acknowledged = try cursor.read()
-    } catch {
-      expiry = "its place cannot be read (\(error))"
-      return
-    }
-    guard let acknowledged else {
-      try cursor.write(storeSequence)  // a new durable listener starts here
-      return
-    }
-    let oldest = try reader.oldestHistorySequence() ?? storeSequence + 1
-    if acknowledged > storeSequence {
-      expiry = "its place \(acknowledged) is ahead of the store (\(storeSequence)): another store?"
-    } else if acknowledged + 1 < oldest && acknowledged < storeSequence {
-      expiry = "its place \(acknowledged) expired: the history now starts at \(oldest)"
+  private func makeStream(_ store: Store, fromStart: Bool) throws -> StoreStream {
+    let cursor: DurableCursor?
+    if !isDurable {
+      cursor = nil
+    } else if options.acknowledgement == .inStore && !store.isReadOnly {
+      cursor = try DurableCursor(store: store, name: name)
     } else {
-      startSequence = acknowledged
-      replayThrough = storeSequence
+      cursor = try DurableCursor(file: folders.folder, store: store.name)
     }
+    return try StoreStream(store: store, listener: name, options: options, cursor: cursor, fromStart: fromStart)
   }
+
+  deinit { close() }
 
   /// Acknowledges `changeSet` and everything before it: a durable listener
   /// resumes after it. With ``Acknowledgement/automatic`` this happens when
   /// the next event is asked for.
   public func acknowledge(_ changeSet: ChangeSet) throws {
-    guard let cursor, case .file = cursor.storage else {
+    guard let cursor = stream(of: changeSet)?.cursor, case .file = cursor.storage else {
       throw GroupSyncError.invalidListenerName("'\(name)' is not a durable listener with a cursor file")
     }
     try cursor.write(changeSet.sequence)
   }
 
   /// Acknowledges `changeSet` inside `db`'s transaction (a `store.write`
-  /// of the group's store), for ``Acknowledgement/inStore``: the place
-  /// commits, or rolls back, with the consumer's own changes.
+  /// of the change set's store), for ``Acknowledgement/inStore``: the
+  /// place commits, or rolls back, with the consumer's own changes.
   public func acknowledge(_ changeSet: ChangeSet, in db: Database) throws {
-    guard let cursor, case .store = cursor.storage else {
+    guard let cursor = stream(of: changeSet)?.cursor, case .store = cursor.storage else {
       throw GroupSyncError.invalidListenerName("'\(name)' is not a durable listener that keeps its place in the store")
     }
     try DurableCursor.write(changeSet.sequence, name: name, db)
+  }
+
+  private func stream(of changeSet: ChangeSet) -> StoreStream? {
+    streams.first { $0.storeID == changeSet.storeID }
   }
 
   /// The folder `name` of `parent`, created if missing; an entry there
@@ -281,14 +241,18 @@ public final class Listener: @unchecked Sendable {
   private func handle(_ event: FolderWatcher.Event) {
     switch event {
     case .entry(let fileName):
-      let sequence = GroupLayout.sequence(inFileName: Substring(fileName))
+      let parsed = GroupLayout.storeAndSequence(inFileName: fileName)
       // Our own removals of delivered files come back as events: no wake-up.
-      if let sequence, sequence < deliveredThrough.load(ordering: .relaxed) { return }
+      if let parsed, parsed.store == GroupLayout.mainStoreName,
+        parsed.sequence < deliveredThrough.load(ordering: .relaxed)
+      {
+        return
+      }
       signal { shared in
         // Hints pile up only while nobody consumes; past a bound a rescan
         // tells the same.
-        if let sequence, shared.hintedSequences.count < Self.maximumHints {
-          shared.hintedSequences.append(sequence)
+        if let parsed, shared.hintedSequences.count < Self.maximumHints {
+          shared.hintedSequences.append(parsed)
         } else {
           shared.rescanRequested = true
         }
@@ -303,15 +267,18 @@ public final class Listener: @unchecked Sendable {
     }
   }
 
-  /// A change set committed by this process, handed over in memory. Past
-  /// the backlog bounds, they are dropped and the listener resets.
-  func receiveInProcess(_ changeSet: ChangeSet) {
+  /// A change set of `store` committed by this process, handed over in
+  /// memory. Past the backlog bounds, they are dropped and the listener
+  /// resets.
+  func receiveInProcess(_ changeSet: ChangeSet, store: String) {
     signal { shared in
       guard !shared.inProcessOverflowed else { return }
-      shared.inProcess[changeSet.sequence] = changeSet
+      shared.inProcess[store, default: [:]][changeSet.sequence] = changeSet
+      shared.inProcessCount += 1
       shared.inProcessRows += changeSet.rowCount + 1
-      if shared.inProcess.count > options.maximumInProcessBacklog || shared.inProcessRows > options.maximumInProcessRows {
+      if shared.inProcessCount > options.maximumInProcessBacklog || shared.inProcessRows > options.maximumInProcessRows {
         shared.inProcess = [:]
+        shared.inProcessCount = 0
         shared.inProcessRows = 0
         shared.inProcessOverflowed = true
       }
@@ -351,194 +318,170 @@ public final class Listener: @unchecked Sendable {
 
   // MARK: Delivery
 
+  /// What the watcher thread and writers handed over since the last look.
+  private struct HandOver {
+    var hints: [(store: String, sequence: Int64)]
+    var rescan: Bool
+    var storeCheck: Bool
+    var overflowed: Bool
+    var closed: Bool
+  }
+
+  private func takeHandOver() -> HandOver {
+    shared.withLock { shared in
+      defer {
+        shared.hintedSequences.removeAll(keepingCapacity: true)
+        shared.rescanRequested = false
+        shared.storeCheckRequested = false
+        shared.inProcessOverflowed = false
+      }
+      shared.signaled = false
+      return HandOver(
+        hints: shared.hintedSequences, rescan: shared.rescanRequested, storeCheck: shared.storeCheckRequested,
+        overflowed: shared.inProcessOverflowed, closed: shared.closed)
+    }
+  }
+
+  /// This process's change set that `stream` delivers next, taken out of
+  /// the hand-over; those it no longer needs are dropped.
+  private func takeInProcess(for stream: StoreStream) -> ChangeSet? {
+    shared.withLock { shared in
+      guard var waiting = shared.inProcess[stream.store], !waiting.isEmpty else { return nil }
+      defer { shared.inProcess[stream.store] = waiting }
+      let next = stream.nextSequence
+      // Committed before we started, or covered by a reset.
+      for sequence in waiting.keys where sequence < next {
+        let dropped = waiting.removeValue(forKey: sequence)!
+        shared.inProcessCount -= 1
+        shared.inProcessRows -= dropped.rowCount + 1
+      }
+      guard let changeSet = waiting.removeValue(forKey: next) else { return nil }
+      shared.inProcessCount -= 1
+      shared.inProcessRows -= changeSet.rowCount + 1
+      return changeSet
+    }
+  }
+
+  private func hasLaterInProcess(for stream: StoreStream) -> Bool {
+    shared.withLock { $0.inProcess[stream.store]?.keys.contains { $0 > stream.nextSequence } ?? false }
+  }
+
   /// The next event, or nil once closed or cancelled.
   func nextEvent() async -> ListenerEvent? {
     precondition(!consuming.exchange(true, ordering: .acquiring), "a Listener's events are consumed from two tasks at once")
     defer { consuming.store(false, ordering: .releasing) }
     while true {
       if Task.isCancelled { return nil }
-      let (hints, rescan, storeCheck, inProcess, overflowed, closed) = shared.withLock {
-        shared -> ([Int64], Bool, Bool, ChangeSet?, Bool, Bool) in
-        defer {
-          shared.hintedSequences.removeAll(keepingCapacity: true)
-          shared.rescanRequested = false
-          shared.storeCheckRequested = false
-          shared.inProcessOverflowed = false
-        }
-        shared.signaled = false
-        let inProcess = shared.inProcess.removeValue(forKey: nextSequence)
-        if let inProcess { shared.inProcessRows -= inProcess.rowCount + 1 }
-        if !shared.inProcess.isEmpty && shared.inProcess.keys.contains(where: { $0 < nextSequence }) {
-          // Committed before we started, or covered by a reset.
-          shared.inProcess = shared.inProcess.filter { $0.key > nextSequence }
-          shared.inProcessRows = shared.inProcess.values.reduce(0) { $0 + $1.rowCount + 1 }
-        }
-        return (
-          shared.hintedSequences, shared.rescanRequested, shared.storeCheckRequested, inProcess,
-          shared.inProcessOverflowed, shared.closed
-        )
+      let handOver = takeHandOver()
+      if handOver.closed { return nil }
+      for stream in streams { stream.acknowledgeAutomatically() }
+      for stream in streams {
+        if let expired = stream.takeExpiry() { return .reset(expired) }
       }
-      if closed { return nil }
-      acknowledgeAutomatically()
-      if let reason = expiry {
-        expiry = nil
-        return .reset(expired(reason))
+      for stream in streams {
+        if let event = stream.replay(inbox: folders.inbox) { return delivered(event, by: stream) }
       }
-      if nextSequence <= replayThrough, let event = replay() { return event }
-      if overflowed {
-        return .reset(reset("this process committed faster than the listener consumed (in-process backlog over its bounds)"))
+      if handOver.overflowed {
+        return .reset(resetAll("this process committed faster than the listener consumed (in-process backlog over its bounds)"))
       }
-      for sequence in hints { track(sequence) }
-      if rescan, let reset = checkFolders() { return .reset(reset) }
-      // The window ran dry while more waits beyond it: list the inbox again.
-      let refill = inboxSequences.isEmpty && moreBeyondWindow && inProcess == nil
-      if rescan || refill, let reset = scanInbox() { return .reset(reset) }
-      if rescan || storeCheck, let reason = checkStore() { return .reset(reset(reason)) }
-      if let changeSet = inProcess {
-        return .changes(accept(changeSet))
-      }
-      if inboxSequences.contains(nextSequence) {
-        switch readInboxFile(nextSequence) {
-        case .success(let changeSet): return .changes(accept(changeSet))
-        case .failure(let reason): return .reset(reset(reason))
-        case nil: continue  // gone meanwhile; rescan decides
+      for hint in handOver.hints { self.stream(named: hint.store)?.track(hint.sequence) }
+      if handOver.rescan, let reset = checkFolders() { return .reset(reset) }
+      if handOver.rescan || handOver.storeCheck, let reset = discoverStores() { return .reset(reset) }
+      // A window ran dry while more waits beyond it: list the inbox again.
+      if handOver.rescan || streams.contains(where: \.needsRefill), let reset = scanInbox() { return .reset(reset) }
+      if handOver.rescan || handOver.storeCheck {
+        for stream in streams {
+          if let reason = stream.checkStore(folder: folders.folder) {
+            return .reset(stream.reset(reason, inbox: folders.inbox))
+          }
         }
       }
-      if let event = checkGap() { return event }
+      if let event = nextReady() { return event }
+      for stream in streams {
+        let event = stream.checkGap(
+          inbox: folders.inbox, laterInProcess: hasLaterInProcess(for: stream), wake: wakeAfterGrace)
+        if let event { return delivered(event, by: stream) }
+      }
       await waitForSignal()
     }
   }
 
-  /// The previous event was handled: a durable listener's place moves on.
-  private func acknowledgeAutomatically() {
-    guard let cursor, options.acknowledgement == .automatic, lastDelivered > lastAcknowledged else { return }
-    do {
-      try cursor.write(lastDelivered)
-      lastAcknowledged = lastDelivered
-    } catch {
-      Logger.groupSync.error("listener '\(name)': cannot record its place: \(error)")
-    }
-  }
-
-  /// The next change set of a durable listener's catch-up, read from the
-  /// history a page at a time.
-  private func replay() -> ListenerEvent? {
-    if replayBuffer.first?.sequence != nextSequence {
-      replayBuffer = (try? reader.historyEntries(after: nextSequence - 1, limit: 256)) ?? []
-    }
-    guard let entry = replayBuffer.first, entry.sequence == nextSequence else {
-      return fromHistory(nextSequence)
-    }
-    replayBuffer.removeFirst()
-    switch entry.changeSet {
-    case .success(let changeSet): return .changes(accept(changeSet))
-    case .failure(let error): return .reset(reset("change set \(nextSequence) is unreadable in the history: \(error)"))
-    }
-  }
-
-  private func expired(_ reason: String) -> Reset {
-    let reset = reset(reason)
-    return Reset(reason: reset.reason, sequence: reset.sequence, isExpired: true)
-  }
-
-  private func accept(_ changeSet: ChangeSet) -> ChangeSet {
-    lastDelivered = changeSet.sequence
-    nextSequence = changeSet.sequence + 1
-    deliveredThrough.store(nextSequence, ordering: .relaxed)
-    gapDeadline = nil
-    return changeSet
-  }
-
-  /// A change set is missing while a later one waits, or while the store
-  /// is ahead of what was delivered: give it the grace period to arrive,
-  /// then read it from the history; what the history cannot give is a
-  /// reset.
-  private func checkGap() -> ListenerEvent? {
-    let waiting = inboxSequences.contains { $0 > nextSequence } || moreBeyondWindow
-      || storeSequence >= nextSequence
-      || shared.withLock { $0.inProcess.keys.contains { $0 > nextSequence } }
-    guard waiting else {
-      gapDeadline = nil
-      return nil
-    }
-    let now = ContinuousClock.now
-    guard let deadline = gapDeadline else {
-      gapDeadline = now + options.gracePeriod
-      // The file may have arrived without an event: look once more, and
-      // wake up when the grace period ends.
-      shared.withLock { $0.rescanRequested = true; $0.signaled = true }
-      let grace = options.gracePeriod
-      Task { [weak self] in
-        try? await Task.sleep(for: grace)
-        self?.signal()
+  /// The next change set some store has ready (from this process, or in
+  /// the inbox), trying the stores in turn so that none starves another.
+  private func nextReady() -> ListenerEvent? {
+    for offset in 0..<streams.count {
+      let stream = streams[(nextStream + offset) % streams.count]
+      if let changeSet = takeInProcess(for: stream) {
+        nextStream = (nextStream + offset + 1) % streams.count
+        return delivered(.changes(stream.accept(changeSet)), by: stream)
       }
-      return nil
-    }
-    guard now >= deadline else { return nil }
-    gapDeadline = nil
-    return fromHistory(nextSequence)
-  }
-
-  /// Change set `sequence`, read from the store's history, or the reset
-  /// that says why it cannot be.
-  private func fromHistory(_ sequence: Int64) -> ListenerEvent {
-    do {
-      guard let entry = try reader.historyEntry(sequence) else {
-        let oldest = try reader.oldestHistorySequence()
-        if let oldest, sequence < oldest {
-          return .reset(reset("change set \(sequence) did not arrive and the history no longer holds it (oldest \(oldest))"))
-        }
-        // Not committed yet after all (the store was read mid-way): wait on.
-        storeSequence = try reader.sequence()
-        return .reset(reset("change set \(sequence) did not arrive and is not in the history"))
-      }
-      switch entry.changeSet {
+      guard stream.nextIsInInbox else { continue }
+      switch stream.readNextInboxFile(folders.inbox) {
       case .success(let changeSet):
-        Logger.groupSync.info("listener '\(name)': change set \(sequence) read from the history")
-        return .changes(accept(changeSet))
-      case .failure(let error):
-        return .reset(reset("change set \(sequence) did not arrive and its history entry is unreadable: \(error)"))
+        nextStream = (nextStream + offset + 1) % streams.count
+        return delivered(.changes(stream.accept(changeSet)), by: stream)
+      case .failure(let reason): return .reset(stream.reset(reason, inbox: folders.inbox))
+      case nil: continue  // gone meanwhile; rescan decides
       }
-    } catch {
-      return .reset(reset("change set \(sequence) did not arrive and the history cannot be read: \(error)"))
+    }
+    return nil
+  }
+
+  /// Notes what `stream` delivered, for the watcher thread.
+  private func delivered(_ event: ListenerEvent, by stream: StoreStream) -> ListenerEvent {
+    if stream === streams[0] { deliveredThrough.store(stream.nextSequence, ordering: .relaxed) }
+    return event
+  }
+
+  /// A missing change set's grace period started: look once more now, and
+  /// wake up when it ends.
+  private func wakeAfterGrace(_ grace: Duration) {
+    shared.withLock {
+      $0.rescanRequested = true
+      $0.signaled = true
+    }
+    Task { [weak self] in
+      try? await Task.sleep(for: grace)
+      self?.signal()
     }
   }
 
-  /// Logs why, skips to the store's current sequence and drops everything
-  /// up to it.
-  private func reset(_ reason: String) -> Reset {
-    Logger.groupSync.error("listener '\(name)': \(reason); resetting")
-    // List before reading the sequence: a file appears only after its
-    // commit, so every file listed now is at or below the sequence read
-    // next (covered by the reset), or forged; all of them go.
+  private func stream(named store: String) -> StoreStream? {
+    streams.first { $0.store == store }
+  }
+
+  /// Resets every store: the inbox as a whole cannot be trusted.
+  private func resetAll(_ reason: String) -> Reset {
+    Logger.groupSync.error("listener '\(name)': \(reason); resetting every store")
     try? folders.inbox.forEachEntry { folders.inbox.remove($0) }
-    let current = try? reader.dataVersionAndSequence()
-    let sequence = current?.1 ?? nextSequence
-    nextSequence = max(nextSequence, sequence + 1)
-    storeSequence = nextSequence - 1
-    lastDelivered = nextSequence - 1
-    replayThrough = 0
-    replayBuffer = []
-    deliveredThrough.store(nextSequence, ordering: .relaxed)
-    gapDeadline = nil
-    dataVersion = current.map { ($0.0, $0.1) }
-    inboxSequences.removeAll()
-    moreBeyondWindow = false
+    for stream in streams { _ = stream.reset(reason, inbox: nil) }
+    deliveredThrough.store(streams[0].nextSequence, ordering: .relaxed)
     shared.withLock { shared in
-      shared.inProcess = shared.inProcess.filter { $0.key >= nextSequence }
-      shared.inProcessRows = shared.inProcess.values.reduce(0) { $0 + $1.rowCount + 1 }
+      for stream in streams {
+        shared.inProcess[stream.store] = shared.inProcess[stream.store]?.filter { $0.key >= stream.nextSequence }
+      }
+      shared.inProcessCount = shared.inProcess.values.reduce(0) { $0 + $1.count }
+      shared.inProcessRows = shared.inProcess.values.reduce(0) { $0 + $1.values.reduce(0) { $0 + $1.rowCount + 1 } }
     }
-    return Reset(reason: reason, sequence: nextSequence - 1)
+    return Reset(reason: reason, sequence: streams[0].nextSequence - 1)
   }
 
-  /// Notes a change set found in the inbox.
-  private func track(_ sequence: Int64) {
-    if sequence < nextSequence { return }
-    if sequence < nextSequence + Self.window {
-      inboxSequences.insert(sequence)
-    } else {
-      moreBeyondWindow = true
+  /// On each rescan tick: a store created since the listener started gets
+  /// a stream (from its first change set on).
+  private func discoverStores() -> Reset? {
+    guard let entries = try? directory.entries(), entries.count != streams.count
+      || zip(entries, streams).contains(where: { $0.name != $1.store })
+    else { return nil }
+    for entry in entries where stream(named: entry.name) == nil {
+      do {
+        let store = try directory.store(named: entry.name)
+        streams.append(try makeStream(store, fromStart: true))
+        Logger.groupSync.info("listener '\(name)': now listening to store '\(entry.name)'")
+      } catch {
+        Logger.groupSync.error("listener '\(name)': cannot open store '\(entry.name)': \(error)")
+      }
     }
+    return nil
   }
 
   /// On each rescan tick: are `listeners/`, the listener's folder and its
@@ -573,28 +516,13 @@ public final class Listener: @unchecked Sendable {
       folders = Folders(listeners: listeners, folder: folder, inbox: inbox)
       folderSnapshot.withLock { $0 = folders }
     } catch {
-      return reset("its folders were replaced and cannot be made again: \(error)")
+      return resetAll("its folders were replaced and cannot be made again: \(error)")
     }
-    return reset("its inbox or folder was removed or replaced; made anew")
+    return resetAll("its inbox or folder was removed or replaced; made anew")
   }
 
   /// Locks taken on folders made anew, held for the listener's life.
   private let replacementLocks = Locked<[ListenerLock]>([])
-
-  /// On each rescan tick: how far the store is (a writer may have died
-  /// after COMMIT, before its file reached us), and whether a program that
-  /// does not use GroupSync committed (`PRAGMA data_version` moved while
-  /// the history did not).
-  /// Returns why to reset when such a commit was seen.
-  private func checkStore() -> String? {
-    guard let (version, sequence) = try? reader.dataVersionAndSequence() else { return nil }
-    storeSequence = sequence
-    defer { dataVersion = (version, sequence) }
-    guard let last = dataVersion, version != last.version, sequence == last.sequence else { return nil }
-    Logger.groupSync.warning("listener '\(name)': a commit without a change set (foreign writer) seen")
-    ForeignCommit.record(in: folders.folder, sequence: sequence)
-    return "the store changed without a change set (a program that does not use GroupSync, or VACUUM)"
-  }
 
   /// Lists the inbox, streaming, with bounded work. Foreign entries are
   /// removed and cause one reset, as does an overflowing inbox (cleared).
@@ -602,78 +530,48 @@ public final class Listener: @unchecked Sendable {
     var foreign: [String] = []
     var foreignCount = 0
     var waitingCount = 0
-    inboxSequences.removeAll()  // the listing is the authority; events are hints
-    moreBeyondWindow = false
+    for stream in streams { stream.forgetInbox() }  // the listing is the authority; events are hints
     let inbox = folders.inbox
+    var rediscovered = false
     do {
       try inbox.forEachEntry { fileName in
-        guard let sequence = GroupLayout.sequence(inFileNameBuffer: fileName) else {
+        guard let (store, sequence) = GroupLayout.storeAndSequence(inFileNameBuffer: fileName) else {
           foreignCount += 1
           if foreign.count < 5 { foreign.append(SafeDirectory.printable(fileName)) }
           inbox.remove(fileName)
           return
         }
-        if sequence < nextSequence {
+        var stream = self.stream(named: store)
+        if stream == nil && !rediscovered {
+          // A store made after the listener started, maybe: look once.
+          rediscovered = true
+          _ = discoverStores()
+          stream = self.stream(named: store)
+        }
+        guard let stream else {
+          foreignCount += 1
+          if foreign.count < 5 { foreign.append(SafeDirectory.printable(fileName) + " (no such store)") }
+          inbox.remove(fileName)
+          return
+        }
+        if sequence < stream.nextSequence {
           inbox.remove(fileName)  // already delivered or covered by a reset
         } else {
           waitingCount += 1
-          track(sequence)
+          stream.track(sequence)
         }
       }
     } catch {
-      return reset("cannot list inbox: \(error)")
+      return resetAll("cannot list inbox: \(error)")
     }
     if waitingCount > options.maximumBacklog {
-      return reset("inbox overflowed: \(waitingCount) change sets waiting (maximum \(options.maximumBacklog))")
+      return resetAll("inbox overflowed: \(waitingCount) change sets waiting (maximum \(options.maximumBacklog))")
     }
     if foreignCount > 0 {
       let more = foreignCount > foreign.count ? " and \(foreignCount - foreign.count) more" : ""
-      return reset("foreign entries in inbox, removed: \(foreign.sorted().joined(separator: ", "))\(more)")
+      return resetAll("foreign entries in inbox, removed: \(foreign.sorted().joined(separator: ", "))\(more)")
     }
     return nil
-  }
-
-  private enum ReadResult {
-    case success(ChangeSet)
-    case failure(String)
-  }
-
-  /// Reads, checks and removes one change-set file. nil if it is gone.
-  private func readInboxFile(_ sequence: Int64) -> ReadResult? {
-    let fileName = GroupLayout.fileName(sequence: sequence)
-    let inbox = folders.inbox
-    inboxSequences.remove(sequence)
-    defer { inbox.remove(fileName) }
-    let file: FileDescriptor
-    do {
-      // No symlink followed, no FIFO waited on, nothing but a regular file.
-      file = try inbox.openFile(fileName, O_RDONLY)
-    } catch GroupSyncError.system(_, _, ENOENT) {
-      return nil
-    } catch {
-      return .failure("cannot open \(fileName): \(error)")
-    }
-    let changeSet: ChangeSet
-    do {
-      let info = try file.status(path: inbox.path + "/" + fileName)
-      guard info.st_size <= options.maximumFileSize else {
-        return .failure("\(fileName) is \(info.st_size) bytes, over the \(options.maximumFileSize)-byte maximum")
-      }
-      let bytes = try System.readAll(file.rawValue, size: Int(info.st_size), path: inbox.path + "/" + fileName)
-      changeSet = try ChangeSetEncoding.decode(bytes, name: fileName)
-    } catch {
-      return .failure("\(error)")
-    }
-    guard changeSet.storeID == storeID else {
-      return .failure("\(fileName) is from store \(changeSet.storeID.uuidString), not \(storeID.uuidString)")
-    }
-    guard changeSet.sequence == sequence else {
-      return .failure("\(fileName) holds sequence \(changeSet.sequence)")
-    }
-    if let unknown = reader.unknownTable(in: changeSet) {
-      return .failure("\(fileName) names table '\(unknown)', which the store does not have")
-    }
-    return .success(changeSet)
   }
 
   /// The listener's events as an `AsyncSequence`.

@@ -1,3 +1,5 @@
+import Foundation
+
 /// What a listener delivers.
 public enum ListenerEvent: Sendable, Equatable {
   /// The next committed change set, in sequence order.
@@ -6,25 +8,43 @@ public enum ListenerEvent: Sendable, Equatable {
   case reset(Reset)
 }
 
-/// A "refetch everything" event: why, and where delivery resumes.
+/// A "refetch everything" event: why, which store, and where delivery
+/// resumes.
 public struct Reset: Sendable, Equatable, CustomStringConvertible {
   /// Why the listener could not go on change set by change set.
   public let reason: String
   /// The store's sequence when the reset was decided: every change up to
-  /// it is in the store; the next change set delivered is `sequence + 1`.
+  /// it is in the store; the next change set delivered is `sequence + 1`
+  /// (0 for a read-only store, which has no sequence; the main store's for
+  /// a reset of the whole group).
   public let sequence: Int64
   /// A durable listener's place was purged from the history while it was
   /// not running (Core Data's "token expired"): it missed change sets that
   /// can no longer be told.
   public let isExpired: Bool
+  /// The store to refetch, by name; nil: every store of the group (the
+  /// listener's inbox itself was tampered with or overflowed).
+  public let store: String?
+  /// The store's UUID; nil with `store`.
+  public let storeID: UUID?
 
-  public init(reason: String, sequence: Int64, isExpired: Bool = false) {
+  public init(
+    reason: String, sequence: Int64, isExpired: Bool = false, store: String? = nil, storeID: UUID? = nil
+  ) {
     self.reason = reason
     self.sequence = sequence
     self.isExpired = isExpired
+    self.store = store
+    self.storeID = storeID
   }
 
-  public var description: String { "reset at \(sequence)\(isExpired ? " (place expired)" : ""): \(reason)" }
+  /// Whether the reset concerns store `id` (a reset of a whole group
+  /// concerns every store).
+  public func concerns(_ id: UUID) -> Bool { storeID == nil || storeID == id }
+
+  public var description: String {
+    "reset\(store.map { " of store '\($0)'" } ?? "") at \(sequence)\(isExpired ? " (place expired)" : ""): \(reason)"
+  }
 }
 
 /// How a listener behaves.

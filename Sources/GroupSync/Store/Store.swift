@@ -32,15 +32,38 @@ import Synchronization
 /// `pool.write` directly is refused with
 /// ``GroupSyncError/unsequencedCommit``, because no listener would be told.
 public final class Store: Sendable {
+  /// The store's name in its group: `main` for the group's main store.
+  public let name: String
   /// The database file.
   public let path: String
-  /// The store's UUID, created once and kept in the store itself.
+  /// The store's UUID, created once and kept in the store itself (for a
+  /// read-only store, which cannot keep it, derived from the main store's
+  /// UUID and its name, so that it survives the file being replaced).
   public let storeID: UUID
-  /// The GRDB pool: one writer connection and concurrent WAL readers.
-  public let pool: DatabasePool
+  /// A read-only store is opened read-only and never captured; it changes
+  /// only by its file being replaced as a whole.
+  public var isReadOnly: Bool { readOnlyFile != nil }
 
-  let observer: CaptureObserver
-  private let publisher: CommitPublisher
+  /// The GRDB pool: one writer connection and concurrent WAL readers (for
+  /// a read-only store, read-only connections to its current file).
+  public var pool: DatabasePool {
+    guard let readOnlyFile else { return writerPool! }
+    // A file replaced meanwhile is opened again; while the new one cannot
+    // be opened, the last pool serves.
+    return (try? readOnlyFile.pool()) ?? readOnlyFile.lastPool
+  }
+
+  /// The pool to read from: a read-only store's file replaced meanwhile
+  /// is opened again (and one that cannot be opened is an error).
+  func currentPool() throws -> DatabasePool {
+    try readOnlyFile?.pool() ?? writerPool!
+  }
+
+  private let writerPool: DatabasePool?
+  let readOnlyFile: ReadOnlyStoreFile?
+  private let capture: (observer: CaptureObserver, publisher: CommitPublisher)?
+  /// The capture's GRDB observer (writable stores only).
+  var observer: CaptureObserver { capture!.observer }
   private let closed = Atomic<Bool>(false)
   /// Recorded with each change set in the history (Core Data's
   /// `transactionAuthor`).
@@ -61,25 +84,27 @@ public final class Store: Sendable {
   ///     busy timeout of 10 s unless one is set, `synchronous = NORMAL`.
   ///   - publish: delivers a committed change set to the listeners.
   init(
-    path: String, configuration: Configuration, options: StoreOptions,
+    name: String = GroupLayout.mainStoreName, path: String, configuration: Configuration, options: StoreOptions,
     durableFloor: (@Sendable (Database) -> Int64?)? = nil, publish: @escaping CommitPublisher.Deliver
   ) throws {
+    self.name = name
     self.durableFloor = durableFloor
     self.path = path
+    readOnlyFile = nil
     author = options.author ?? ProcessInfo.processInfo.processName
     var configuration = configuration
     if case .immediateError = configuration.busyMode { configuration.busyMode = .timeout(10) }
     configuration.prepareDatabase { db in
       if !db.configuration.readonly { try db.execute(sql: "PRAGMA synchronous = NORMAL") }
     }
-    pool = try DatabasePool(path: path, configuration: configuration)
+    let pool = try DatabasePool(path: path, configuration: configuration)
+    writerPool = pool
     let publisher = CommitPublisher(deliver: publish)
-    self.publisher = publisher
     // The bookkeeping row is written before the capture exists: it is
     // GroupSync's own and never reported.
     let storeID = try pool.write { db in try StoreState.setUp(db, path: path) }
     self.storeID = storeID
-    observer = try pool.writeWithoutTransaction { db in
+    let observer = try pool.writeWithoutTransaction { db in
       guard let connection = db.sqliteConnection else { throw GroupSyncError.storeClosed(path: path) }
       let capture = try ChangeCapture(
         connection: connection, withoutPreUpdateHook: options.captureWithoutPreUpdateHook,
@@ -91,10 +116,23 @@ public final class Store: Sendable {
       db.add(transactionObserver: observer, extent: .databaseLifetime)
       return observer
     }
+    capture = (observer, publisher)
     if observer.isFallback {
       Logger.groupSync.warning(
         "store \(path): SQLite has no pre-update hook; capturing through GRDB's observer (REPLACE deletes unseen)")
     }
+  }
+
+  /// Opens read-only store `name`, the file `fileName` of `folder`.
+  init(readOnly name: String, file: ReadOnlyStoreFile, storeID: UUID) {
+    self.name = name
+    path = file.path
+    self.storeID = storeID
+    readOnlyFile = file
+    writerPool = nil
+    capture = nil
+    author = ""
+    durableFloor = nil
   }
 
   deinit { close() }
@@ -104,12 +142,16 @@ public final class Store: Sendable {
   public func close() {
     guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
     do {
+      guard let writerPool, let observer = capture?.observer else {
+        try readOnlyFile?.lastPool.close()
+        return
+      }
       // GRDB closes only a connection without prepared statements.
-      pool.writeWithoutTransaction { _ in
+      writerPool.writeWithoutTransaction { _ in
         observer.statements.finalize()
         observer.capture.detach()
       }
-      try pool.close()
+      try writerPool.close()
     } catch {
       Logger.groupSync.error("closing store \(path): \(error)")
     }
@@ -117,7 +159,7 @@ public final class Store: Sendable {
 
   /// Whether the capture runs on SQLite's pre-update hook (else it is fed by
   /// GRDB's observer, which cannot see rows deleted by REPLACE).
-  public var usesPreUpdateHook: Bool { !observer.isFallback }
+  public var usesPreUpdateHook: Bool { capture.map { !$0.observer.isFallback } ?? false }
 
   // MARK: Writing
 
@@ -152,7 +194,7 @@ public final class Store: Sendable {
   /// listeners it could not be delivered to (they read it from the
   /// history; nothing is lost, but the caller may want to know).
   public func writeAndReport<T>(_ body: (Database) throws -> T) throws -> WriteReport<T> {
-    try checkOpen()
+    try checkWritable()
     // Reentrant on the writer queue, so that a nested call gets a clear
     // error instead of GRDB's reentrancy trap.
     let (result, sequence) = try pool.unsafeReentrantWrite { db in try transaction(db, body) }
@@ -172,7 +214,7 @@ public final class Store: Sendable {
   public func writeAndReturnChangeSet<T: Sendable>(
     _ body: @escaping @Sendable (Database) throws -> T
   ) async throws -> (result: T, changeSet: ChangeSet?) {
-    try checkOpen()
+    try checkWritable()
     let (result, sequence) = try await pool.writeWithoutTransaction { db in try self.transaction(db, body) }
     return (result, published(sequence)?.changeSet)
   }
@@ -186,7 +228,7 @@ public final class Store: Sendable {
   /// ``GroupSyncError/unsequencedCommit`` (each would commit on its own,
   /// unannounced): change rows with ``write(_:)``.
   public func writeWithoutTransaction<T>(_ body: (Database) throws -> T) throws -> (result: T, changeSet: ChangeSet) {
-    try checkOpen()
+    try checkWritable()
     let result = try pool.unsafeReentrantWrite { db in
       guard !db.isInsideTransaction else { throw GroupSyncError.nestedWrite }
       return try body(db)
@@ -220,7 +262,7 @@ public final class Store: Sendable {
   }
 
   private func published(_ sequence: Int64?) -> CommitPublisher.Outcome? {
-    guard let sequence else { return nil }
+    guard let sequence, let publisher = capture?.publisher else { return nil }
     return publisher.publish(through: sequence)
   }
 
@@ -230,18 +272,19 @@ public final class Store: Sendable {
   /// store as of the last commit and does not wait for writes.
   public func read<T>(_ body: (Database) throws -> T) throws -> T {
     try checkOpen()
-    return try pool.read(body)
+    return try currentPool().read(body)
   }
 
   /// Runs `body` in a read transaction without blocking the calling thread.
   public func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
     try checkOpen()
-    return try await pool.read(body)
+    return try await currentPool().read(body)
   }
 
   /// The sequence number of the last committed change set (0 before any).
   public func currentSequence() throws -> Int64 {
-    try read { try StoreState.readSequence($0, path: path) }
+    if isReadOnly { return 0 }
+    return try read { try StoreState.readSequence($0, path: path) }
   }
 
   // MARK: History
@@ -250,12 +293,14 @@ public final class Store: Sendable {
   /// `limit`, as the store's history holds them (Core Data's
   /// `fetchHistory(after:)`).
   public func history(after sequence: Int64, limit: Int = 1000) throws -> [HistoryEntry] {
-    try read { try History.entries(after: sequence, limit: limit, path: path, $0) }
+    if isReadOnly { return [] }
+    return try read { try History.entries(after: sequence, limit: limit, path: path, $0) }
   }
 
   /// The oldest sequence number the history still holds (nil if none).
   public func oldestHistorySequence() throws -> Int64? {
-    try read { try History.oldestSequence($0) }
+    if isReadOnly { return nil }
+    return try read { try History.oldestSequence($0) }
   }
 
   /// How much history the group keeps.
@@ -266,16 +311,22 @@ public final class Store: Sendable {
   /// Sets how much history the group keeps; writers apply it as they
   /// commit.
   public func setHistoryRetention(_ retention: HistoryRetention) throws {
-    try checkOpen()
+    try checkWritable()
     try pool.write { try History.setRetention(retention, $0) }
   }
 
   // MARK: Internals
 
-  func publishPending() { publisher.publish(through: nil) }
+  func publishPending() { capture?.publisher.publish(through: nil) }
 
   func checkOpen() throws {
     if closed.load(ordering: .acquiring) { throw GroupSyncError.storeClosed(path: path) }
+  }
+
+  /// Throws for a closed store and for a read-only one.
+  func checkWritable() throws {
+    try checkOpen()
+    if isReadOnly { throw GroupSyncError.readOnlyStore(name) }
   }
 
   static func nowNanoseconds() -> Int64 {

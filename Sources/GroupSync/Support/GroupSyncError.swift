@@ -1,3 +1,4 @@
+import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -44,6 +45,19 @@ public enum GroupSyncError: Error, Equatable, Sendable, CustomStringConvertible 
   case invalidNotification(reason: String)
   /// A note was added outside `Store.write`.
   case noteOutsideWrite
+  /// A store name is empty, too long, or has characters other than
+  /// lowercase letters, digits, `-` and `_`.
+  case invalidStoreName(String)
+  /// The group has no store of this name.
+  case unknownStore(String)
+  /// An object or table ID names a store UUID the group does not have.
+  case unknownStoreID(UUID)
+  /// A write to a read-only store: it changes only by being replaced as a
+  /// whole.
+  case readOnlyStore(String)
+  /// A store of this name exists with the other kind (read-only or
+  /// writable).
+  case storeKindMismatch(String, isReadOnly: Bool)
 
   public var description: String {
     switch self {
@@ -84,6 +98,16 @@ public enum GroupSyncError: Error, Equatable, Sendable, CustomStringConvertible 
       return "invalid notification: \(reason)"
     case .noteOutsideWrite:
       return "notes (defaults changes, notifications) can only be added inside Store.write"
+    case .invalidStoreName(let name):
+      return "invalid store name '\(name)': use 1-32 lowercase letters, digits, '-' or '_', starting with a letter or digit"
+    case .unknownStore(let name):
+      return "the group has no store named '\(name)'"
+    case .unknownStoreID(let id):
+      return "the group has no store with UUID \(id.uuidString)"
+    case .readOnlyStore(let name):
+      return "the store '\(name)' is read-only: it is replaced as a whole (installReadOnlyStore), never written"
+    case .storeKindMismatch(let name, let isReadOnly):
+      return "the store '\(name)' exists and is \(isReadOnly ? "read-only" : "writable")"
     }
   }
 }

@@ -1,0 +1,355 @@
+import Foundation
+import GRDB
+import Logging
+
+/// A listener's delivery state for one store of its group: where it is in
+/// the store's sequence, the store's change sets waiting in the inbox, a
+/// missing one's grace period, a durable place. For a read-only store,
+/// which has no sequence, the file it last saw: a replaced file is a reset.
+///
+/// Used only by the listener's consuming task.
+final class StoreStream {
+  let store: String
+  let storeID: UUID
+  let listener: String
+  private let options: ListenerOptions
+  /// The store's own read-only connection (writable stores only).
+  private let reader: StoreReader?
+  /// The file as last seen (read-only stores only).
+  private let readOnlyFile: ReadOnlyStoreFile?
+  private var fileIdentity: FileIdentity?
+  let cursor: DurableCursor?
+
+  /// The sequence the stream started after.
+  private(set) var startSequence: Int64 = 0
+  private(set) var nextSequence: Int64 = 0
+  /// Change sets in the inbox, within `window` of `nextSequence`; later
+  /// ones are only noted, so memory stays bounded whatever the backlog.
+  private(set) var inboxSequences = Set<Int64>()
+  private(set) var moreBeyondWindow = false
+  static let window: Int64 = 4096
+  private var gapDeadline: ContinuousClock.Instant?
+  /// The store's last sequence as read on the last rescan tick.
+  private var storeSequence: Int64 = 0
+  /// What the last foreign-writer check saw.
+  private var dataVersion: (version: Int64, sequence: Int64)?
+  /// Durable only: change sets up to this one are replayed from the
+  /// history at once, without waiting for files.
+  private var replayThrough: Int64 = 0
+  private var replayBuffer: [HistoryEntry] = []
+  /// Durable only: the last sequence delivered, and acknowledged.
+  private var lastDelivered: Int64 = 0
+  private var lastAcknowledged: Int64 = 0
+  /// Durable only: the place expired while the process was not running.
+  private var expiry: String?
+
+  /// Opens the stream of `store`. `fromStart`: deliver every change set
+  /// the store has (a store created after the listener started), else
+  /// start after its current sequence or a durable place.
+  init(store: Store, listener: String, options: ListenerOptions, cursor: DurableCursor?, fromStart: Bool) throws {
+    self.store = store.name
+    storeID = store.storeID
+    self.listener = listener
+    self.options = options
+    self.cursor = cursor
+    if let file = store.readOnlyFile {
+      readOnlyFile = file
+      reader = nil
+      fileIdentity = file.identityNow
+      try resumeReadOnly()
+      return
+    }
+    readOnlyFile = nil
+    let reader = try StoreReader(path: store.path)
+    self.reader = reader
+    let (version, sequence) = try reader.dataVersionAndSequence()
+    startSequence = fromStart ? 0 : sequence
+    dataVersion = (version, sequence)
+    storeSequence = sequence
+    if let cursor { try resume(cursor, storeSequence: sequence) }
+    nextSequence = startSequence + 1
+    lastDelivered = startSequence
+    lastAcknowledged = startSequence
+    if fromStart && sequence > 0 { replayThrough = max(replayThrough, sequence) }
+  }
+
+  var isReadOnly: Bool { readOnlyFile != nil }
+
+  // MARK: Durable places
+
+  /// Finds a durable listener's place: everything after it up to the
+  /// store's sequence is replayed from the history; a place the history
+  /// no longer reaches is an expired reset.
+  private func resume(_ cursor: DurableCursor, storeSequence: Int64) throws {
+    let acknowledged: Int64?
+    do {
+      acknowledged = try cursor.read()
+    } catch {
+      expiry = "its place cannot be read (\(error))"
+      return
+    }
+    guard let acknowledged else {
+      try cursor.write(startSequence)  // a new durable listener starts here
+      return
+    }
+    let oldest = try reader!.oldestHistorySequence() ?? storeSequence + 1
+    if acknowledged > storeSequence {
+      expiry = "its place \(acknowledged) is ahead of the store (\(storeSequence)): another store?"
+    } else if acknowledged + 1 < oldest && acknowledged < storeSequence {
+      expiry = "its place \(acknowledged) expired: the history now starts at \(oldest)"
+    } else {
+      startSequence = acknowledged
+      replayThrough = storeSequence
+    }
+  }
+
+  /// A durable listener's place in a read-only store is the file it last
+  /// saw: a file replaced while the listener was not running is a reset.
+  private func resumeReadOnly() throws {
+    guard let cursor else { return }
+    let seen = try? cursor.read()
+    let now = fileIdentity.map(Self.fingerprint) ?? 0
+    if let seen, seen != now {
+      expiry = "read-only store '\(store)' was replaced while the listener was not running"
+    }
+    try cursor.write(now)
+  }
+
+  /// A file's identity as a place (non-negative, as cursors hold).
+  private static func fingerprint(_ identity: FileIdentity) -> Int64 {
+    var hasher = FNV1a()
+    hasher.add(identity.device)
+    hasher.add(identity.inode)
+    return Int64(bitPattern: hasher.value & UInt64(Int64.max))
+  }
+
+  /// The previous event was handled: a durable listener's place moves on.
+  func acknowledgeAutomatically() {
+    guard let cursor, !isReadOnly, options.acknowledgement == .automatic, lastDelivered > lastAcknowledged else {
+      return
+    }
+    do {
+      try cursor.write(lastDelivered)
+      lastAcknowledged = lastDelivered
+    } catch {
+      Logger.groupSync.error("listener '\(listener)': cannot record its place in store '\(store)': \(error)")
+    }
+  }
+
+  /// The expired-place reset decided at start, once.
+  func takeExpiry() -> Reset? {
+    guard let reason = expiry else { return nil }
+    expiry = nil
+    let reset = reset(reason, inbox: nil)
+    return Reset(reason: reset.reason, sequence: reset.sequence, isExpired: true, store: store, storeID: storeID)
+  }
+
+  // MARK: Delivery
+
+  /// The next change set of a catch-up (a durable listener's, or a store
+  /// found after the listener started), read from the history a page at a
+  /// time; nil when there is none to replay.
+  func replay(inbox: SafeDirectory) -> ListenerEvent? {
+    guard let reader, nextSequence <= replayThrough else { return nil }
+    if replayBuffer.first?.sequence != nextSequence {
+      replayBuffer = (try? reader.historyEntries(after: nextSequence - 1, limit: 256)) ?? []
+    }
+    guard let entry = replayBuffer.first, entry.sequence == nextSequence else {
+      return fromHistory(nextSequence, inbox: inbox)
+    }
+    replayBuffer.removeFirst()
+    switch entry.changeSet {
+    case .success(let changeSet): return .changes(accept(changeSet))
+    case .failure(let error):
+      return .reset(reset("change set \(nextSequence) is unreadable in the history: \(error)", inbox: inbox))
+    }
+  }
+
+  func accept(_ changeSet: ChangeSet) -> ChangeSet {
+    lastDelivered = changeSet.sequence
+    nextSequence = changeSet.sequence + 1
+    gapDeadline = nil
+    return changeSet
+  }
+
+  /// A change set is missing while a later one waits, or while the store
+  /// is ahead of what was delivered: give it the grace period to arrive
+  /// (`wake` asks for a rescan now and a wake-up when it ends), then read
+  /// it from the history; what the history cannot give is a reset.
+  func checkGap(inbox: SafeDirectory, laterInProcess: Bool, wake: (Duration) -> Void) -> ListenerEvent? {
+    guard !isReadOnly else { return nil }
+    let waiting = inboxSequences.contains { $0 > nextSequence } || moreBeyondWindow
+      || storeSequence >= nextSequence || laterInProcess
+    guard waiting else {
+      gapDeadline = nil
+      return nil
+    }
+    let now = ContinuousClock.now
+    guard let deadline = gapDeadline else {
+      gapDeadline = now + options.gracePeriod
+      wake(options.gracePeriod)
+      return nil
+    }
+    guard now >= deadline else { return nil }
+    gapDeadline = nil
+    return fromHistory(nextSequence, inbox: inbox)
+  }
+
+  /// Change set `sequence`, read from the store's history, or the reset
+  /// that says why it cannot be.
+  private func fromHistory(_ sequence: Int64, inbox: SafeDirectory) -> ListenerEvent {
+    guard let reader else { return .reset(reset("no history", inbox: inbox)) }
+    do {
+      guard let entry = try reader.historyEntry(sequence) else {
+        let oldest = try reader.oldestHistorySequence()
+        if let oldest, sequence < oldest {
+          return .reset(reset(
+            "change set \(sequence) did not arrive and the history no longer holds it (oldest \(oldest))", inbox: inbox))
+        }
+        storeSequence = try reader.sequence()
+        return .reset(reset("change set \(sequence) did not arrive and is not in the history", inbox: inbox))
+      }
+      switch entry.changeSet {
+      case .success(let changeSet):
+        Logger.groupSync.info("listener '\(listener)': change set \(sequence) of '\(store)' read from the history")
+        return .changes(accept(changeSet))
+      case .failure(let error):
+        return .reset(reset(
+          "change set \(sequence) did not arrive and its history entry is unreadable: \(error)", inbox: inbox))
+      }
+    } catch {
+      return .reset(reset("change set \(sequence) did not arrive and the history cannot be read: \(error)", inbox: inbox))
+    }
+  }
+
+  /// Logs why, skips to the store's current sequence and drops everything
+  /// up to it; with `inbox`, also the store's files waiting there.
+  func reset(_ reason: String, inbox: SafeDirectory?) -> Reset {
+    Logger.groupSync.error("listener '\(listener)': store '\(store)': \(reason); resetting")
+    // List before reading the sequence: a file appears only after its
+    // commit, so every file listed now is at or below the sequence read
+    // next (covered by the reset), or forged; all of them go.
+    if let inbox {
+      try? inbox.forEachEntry { name in
+        if GroupLayout.storeAndSequence(inFileNameBuffer: name)?.store == store { inbox.remove(name) }
+      }
+    }
+    if let readOnlyFile {
+      fileIdentity = readOnlyFile.identityNow
+      if let cursor { try? cursor.write(fileIdentity.map(Self.fingerprint) ?? 0) }
+      return Reset(reason: reason, sequence: 0, store: store, storeID: storeID)
+    }
+    let current = try? reader?.dataVersionAndSequence()
+    let sequence = current?.1 ?? nextSequence
+    nextSequence = max(nextSequence, sequence + 1)
+    storeSequence = nextSequence - 1
+    lastDelivered = nextSequence - 1
+    replayThrough = 0
+    replayBuffer = []
+    gapDeadline = nil
+    dataVersion = current.map { ($0.0, $0.1) }
+    inboxSequences.removeAll()
+    moreBeyondWindow = false
+    return Reset(reason: reason, sequence: nextSequence - 1, store: store, storeID: storeID)
+  }
+
+  // MARK: The inbox
+
+  /// Notes a change set found in the inbox.
+  func track(_ sequence: Int64) {
+    if sequence < nextSequence { return }
+    if sequence < nextSequence + Self.window {
+      inboxSequences.insert(sequence)
+    } else {
+      moreBeyondWindow = true
+    }
+  }
+
+  /// Forgets what the inbox held, before a new listing.
+  func forgetInbox() {
+    inboxSequences.removeAll()
+    moreBeyondWindow = false
+  }
+
+  /// Whether the window ran dry while more waits beyond it.
+  var needsRefill: Bool { inboxSequences.isEmpty && moreBeyondWindow }
+
+  /// Whether the next change set is in the inbox.
+  var nextIsInInbox: Bool { inboxSequences.contains(nextSequence) }
+
+  // MARK: Checks on each rescan tick
+
+  /// How far the store is (a writer may have died after COMMIT, before its
+  /// file reached us), and whether a program that does not use GroupSync
+  /// committed (`PRAGMA data_version` moved while the history did not); for
+  /// a read-only store, whether its file was replaced.
+  /// Returns why to reset when so.
+  func checkStore(folder: SafeDirectory) -> String? {
+    if let readOnlyFile {
+      let now = readOnlyFile.identityNow
+      guard now != fileIdentity else { return nil }
+      return now == nil ? "read-only store '\(store)' was removed" : "read-only store '\(store)' was replaced"
+    }
+    guard let (version, sequence) = try? reader?.dataVersionAndSequence() else { return nil }
+    storeSequence = sequence
+    defer { dataVersion = (version, sequence) }
+    guard let last = dataVersion, version != last.version, sequence == last.sequence else { return nil }
+    Logger.groupSync.warning("listener '\(listener)': a commit without a change set (foreign writer) seen in '\(store)'")
+    ForeignCommit.record(in: folder, sequence: sequence)
+    return "the store changed without a change set (a program that does not use GroupSync, or VACUUM)"
+  }
+
+  enum ReadResult {
+    case success(ChangeSet)
+    case failure(String)
+  }
+
+  /// Reads, checks and removes the next change set's file. nil if it is gone.
+  func readNextInboxFile(_ inbox: SafeDirectory) -> ReadResult? {
+    let sequence = nextSequence
+    let fileName = GroupLayout.fileName(store: store, sequence: sequence)
+    inboxSequences.remove(sequence)
+    defer { inbox.remove(fileName) }
+    let file: FileDescriptor
+    do {
+      // No symlink followed, no FIFO waited on, nothing but a regular file.
+      file = try inbox.openFile(fileName, O_RDONLY)
+    } catch GroupSyncError.system(_, _, ENOENT) {
+      return nil
+    } catch {
+      return .failure("cannot open \(fileName): \(error)")
+    }
+    let changeSet: ChangeSet
+    do {
+      let info = try file.status(path: inbox.path + "/" + fileName)
+      guard info.st_size <= options.maximumFileSize else {
+        return .failure("\(fileName) is \(info.st_size) bytes, over the \(options.maximumFileSize)-byte maximum")
+      }
+      let bytes = try System.readAll(file.rawValue, size: Int(info.st_size), path: inbox.path + "/" + fileName)
+      changeSet = try ChangeSetEncoding.decode(bytes, name: fileName)
+    } catch {
+      return .failure("\(error)")
+    }
+    guard changeSet.storeID == storeID else {
+      return .failure("\(fileName) is from store \(changeSet.storeID.uuidString), not \(storeID.uuidString)")
+    }
+    guard changeSet.sequence == sequence else {
+      return .failure("\(fileName) holds sequence \(changeSet.sequence)")
+    }
+    if let unknown = reader?.unknownTable(in: changeSet) {
+      return .failure("\(fileName) names table '\(unknown)', which the store does not have")
+    }
+    return .success(changeSet)
+  }
+}
+
+/// FNV-1a, 64 bits: a stable hash (Swift's `Hasher` is seeded per process).
+struct FNV1a {
+  private(set) var value: UInt64 = 0xcbf2_9ce4_8422_2325
+
+  mutating func add(_ word: UInt64) {
+    for shift in stride(from: 0, to: 64, by: 8) {
+      value = (value ^ (word >> UInt64(shift) & 0xFF)) &* 0x100_0000_01b3
+    }
+  }
+}
