@@ -7,7 +7,10 @@ struct GroupSyncCommand: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "groupsync",
     abstract: "Keep processes that share an SQLite store in step.",
-    subcommands: [Init.self, Exec.self, Watch.self, Query.self, Status.self, Log.self, Show.self, DefaultsCommand.self, Post.self, Demo.self])
+    subcommands: [
+      Init.self, Exec.self, Watch.self, Query.self, Status.self, Log.self, Show.self, MigrateStore.self,
+      DefaultsCommand.self, Post.self, Demo.self,
+    ])
 
   /// Runs `body`, turning any error into one line on stderr and exit 1.
   static func reportingErrors<T>(_ body: () async throws -> T) async throws -> T {

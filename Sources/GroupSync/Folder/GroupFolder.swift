@@ -163,21 +163,50 @@ public final class GroupFolder: Sendable {
         name: listener.name, isLive: listener.isLive, processID: listener.processID, backlog: listener.backlog,
         acknowledged: place)
     }
+    let stores = try allStores().map { try Self.status(of: $0) }
+    let main = stores[0]
+    // Durable places in the other stores, from each listener's cursor files.
+    for index in listeners.indices {
+      guard let folder = try? listenersFolder.child(listeners[index].name, create: false) else { continue }
+      var places: [String: Int64] = [:]
+      for store in stores.dropFirst() {
+        if let place = (try? DurableCursor(file: folder, store: store.name, readOnly: true).read()) ?? nil,
+          !store.isReadOnly
+        {
+          places[store.name] = place
+        }
+      }
+      listeners[index].places = places
+    }
+    return GroupStatus(
+      path: path, storeID: store.storeID, sequence: main.sequence, usesPreUpdateHook: store.usesPreUpdateHook,
+      history: main.history, lastForeignCommit: lastForeign, listeners: listeners, stores: stores)
+  }
+
+  /// One store's part of ``status()``.
+  private static func status(of store: Store) throws -> GroupStatus.StoreStatus {
+    guard !store.isReadOnly else {
+      let info = try? FileManager.default.attributesOfItem(atPath: store.path)
+      return .init(
+        name: store.name, storeID: store.storeID, path: store.path, isReadOnly: true, sequence: 0,
+        history: .init(oldest: 0, newest: 0, count: 0, bytes: 0),
+        fileSize: (info?[.size] as? NSNumber)?.int64Value, fileModified: info?[.modificationDate] as? Date)
+    }
     let history = try store.read { db in
       try Row.fetchOne(db, sql: """
         SELECT coalesce(min(seq), 0), coalesce(max(seq), 0), count(*), coalesce(sum(length(payload)), 0)
         FROM \(StoreState.historyTable)
         """)!
     }
-    return GroupStatus(
-      path: path, storeID: store.storeID, sequence: history[1],
-      usesPreUpdateHook: store.usesPreUpdateHook,
+    return .init(
+      name: store.name, storeID: store.storeID, path: store.path, isReadOnly: false, sequence: history[1],
       history: .init(oldest: history[0], newest: history[1], count: history[2], bytes: history[3]),
-      lastForeignCommit: lastForeign, listeners: listeners)
+      fileSize: nil, fileModified: nil)
   }
 }
 
-/// A snapshot of a group folder, as `groupsync status` prints it.
+/// A snapshot of a group folder, as `groupsync status` prints it. The
+/// top-level store fields are the main store's; ``stores`` has every store.
 public struct GroupStatus: Sendable, Codable, Equatable {
   public struct ListenerStatus: Sendable, Codable, Equatable {
     public let name: String
@@ -185,8 +214,25 @@ public struct GroupStatus: Sendable, Codable, Equatable {
     public let processID: Int32?
     /// Change-set files waiting in its inbox.
     public let backlog: Int
-    /// A durable listener's place: the last sequence it acknowledged.
+    /// A durable listener's place in the main store: the last sequence it
+    /// acknowledged.
     public let acknowledged: Int64?
+    /// A durable listener's places in the other writable stores, by name.
+    public internal(set) var places: [String: Int64] = [:]
+  }
+
+  /// One store of the group.
+  public struct StoreStatus: Sendable, Codable, Equatable {
+    public let name: String
+    public let storeID: UUID
+    public let path: String
+    public let isReadOnly: Bool
+    /// The last sequence number committed (0 for a read-only store).
+    public let sequence: Int64
+    public let history: HistoryStatus
+    /// A read-only store's file: its size and when it was installed.
+    public let fileSize: Int64?
+    public let fileModified: Date?
   }
 
   public let path: String
@@ -199,6 +245,8 @@ public struct GroupStatus: Sendable, Codable, Equatable {
   /// The last commit a listener saw that came without a change set.
   public let lastForeignCommit: ForeignCommit?
   public let listeners: [ListenerStatus]
+  /// Every store: the main store first, then by name.
+  public let stores: [StoreStatus]
 
   public struct HistoryStatus: Sendable, Codable, Equatable {
     /// The oldest and newest sequence numbers held (0 when empty).

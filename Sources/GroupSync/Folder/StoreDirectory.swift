@@ -181,7 +181,7 @@ final class StoreDirectory: Sendable {
       renameat(tmp.descriptor.rawValue, tmpName, folder.descriptor.rawValue, target)
     }
     _ = fsync(folder.descriptor.rawValue)
-    Logger.groupSync.info("installed read-only store '\(name)' from \(source)")
+    Logger.groupSync.debug("installed read-only store '\(name)' from \(source)")
     return try store(named: name)
   }
 }

@@ -105,7 +105,7 @@ public enum GroupSyncError: Error, Equatable, Sendable, CustomStringConvertible 
     case .unknownStoreID(let id):
       return "the group has no store with UUID \(id.uuidString)"
     case .readOnlyStore(let name):
-      return "the store '\(name)' is read-only: it is replaced as a whole (installReadOnlyStore), never written"
+      return "the store '\(name)' is read-only: it changes only by being replaced as a whole (installReadOnlyStore, or groupsync init --store NAME --read-only FILE)"
     case .storeKindMismatch(let name, let isReadOnly):
       return "the store '\(name)' exists and is \(isReadOnly ? "read-only" : "writable")"
     }

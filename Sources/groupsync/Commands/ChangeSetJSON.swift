@@ -3,7 +3,7 @@ import GroupSync
 
 /// The JSON lines `watch --json` and `exec --json` print.
 enum ChangeSetJSON {
-  static func line(_ changeSet: ChangeSet, deliveredAtNs: Int64? = nil) -> String {
+  static func line(_ changeSet: ChangeSet, storeName: String? = nil, deliveredAtNs: Int64? = nil) -> String {
     var object: [String: Any] = [
       "seq": changeSet.sequence,
       "store": changeSet.storeID.uuidString,
@@ -20,11 +20,16 @@ enum ChangeSetJSON {
       },
     ]
     if let deliveredAtNs { object["deliveredAtNs"] = deliveredAtNs }
+    if let storeName { object["storeName"] = storeName }
     return encode(object)
   }
 
-  static func line(_ reset: Reset, store: UUID) -> String {
-    encode(["reset": true, "reason": reset.reason, "seq": reset.sequence, "store": store.uuidString])
+  /// A reset: `storeName` null means every store of the group.
+  static func line(_ reset: Reset, mainStore: UUID) -> String {
+    encode([
+      "reset": true, "reason": reset.reason, "seq": reset.sequence, "expired": reset.isExpired,
+      "store": (reset.storeID ?? mainStore).uuidString, "storeName": reset.store ?? NSNull(),
+    ])
   }
 
   static func encode(_ object: [String: Any]) -> String {

@@ -13,6 +13,8 @@ struct Exec: AsyncParsableCommand {
   @Argument(help: "SQL statements, run in order in one transaction.")
   var statements: [String]
 
+  @OptionGroup var storeOption: StoreOption
+
   @Option(name: .long, help: "Run the transaction this many times, each committed on its own.")
   var `repeat`: Int = 1
 
@@ -32,16 +34,17 @@ struct Exec: AsyncParsableCommand {
   func run() async throws {
     try await GroupSyncCommand.reportingErrors {
       let group = try GroupFolder(path: directory, create: false)
+      let store = try storeOption.store(of: group)
       if noTransaction {
         for _ in 0..<`repeat` {
-          let (rows, changeSet) = try group.store.writeWithoutTransaction { db in try Self.run(statements, in: db) }
+          let (rows, changeSet) = try store.writeWithoutTransaction { db in try Self.run(statements, in: db) }
           report(rows, changeSet)
         }
         return
       }
       var undelivered = false
       for _ in 0..<`repeat` {
-        let report = try group.store.writeAndReport { db in try Self.run(statements, in: db) }
+        let report = try store.writeAndReport { db in try Self.run(statements, in: db) }
         self.report(report.result, report.changeSet)
         if let changeSet = report.changeSet, !report.publishFailures.isEmpty {
           undelivered = true
@@ -60,7 +63,7 @@ struct Exec: AsyncParsableCommand {
   /// Prints the rows, then what was committed.
   func report(_ rows: [Row], _ changeSet: ChangeSet?) {
     if json {
-      if let changeSet { printLine(ChangeSetJSON.line(changeSet)) }
+      if let changeSet { printLine(ChangeSetJSON.line(changeSet, storeName: storeOption.store)) }
       return
     }
     for row in rows { printLine(row.databaseValues.map(\.sqlLiteral).joined(separator: "\t")) }

@@ -9,6 +9,8 @@ struct Log: AsyncParsableCommand {
   @Argument(help: "The group folder.")
   var directory: String
 
+  @OptionGroup var storeOption: StoreOption
+
   @Option(name: .long, help: "Print the change sets after this sequence number.")
   var since: Int64 = 0
 
@@ -25,7 +27,7 @@ struct Log: AsyncParsableCommand {
 
   func run() async throws {
     try await GroupSyncCommand.reportingErrors {
-      let store = try GroupFolder(path: directory, create: false).store
+      let store = try storeOption.store(of: GroupFolder(path: directory, create: false))
       var after = since
       var remaining = limit ?? Int.max
       while remaining > 0 {

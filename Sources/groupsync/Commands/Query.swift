@@ -19,6 +19,8 @@ struct Query: AsyncParsableCommand {
   @Argument(help: "The query (one SELECT statement).")
   var sql: String
 
+  @OptionGroup var storeOption: StoreOption
+
   @Flag(name: .long, help: "Keep the result current until q, Ctrl-C or SIGTERM.")
   var live = false
 
@@ -39,7 +41,7 @@ struct Query: AsyncParsableCommand {
       // Signals are handled before the first output, which tells a caller
       // that the query runs.
       let stopper = listener.map { listener in SignalStopper { listener.close() } }
-      var query = try LiveQuery(store: group.store, sql: sql)
+      var query = try LiveQuery(store: storeOption.store(of: group), sql: sql)
       let screen = LiveQueryScreen(isTerminal: isatty(STDOUT_FILENO) == 1)
       screen.draw(query, change: LiveQuery.Change(), deletedRows: [], summary: "\(query.rows.count) rows")
       guard let listener else { return }

@@ -10,13 +10,15 @@ struct Show: AsyncParsableCommand {
   @Argument(help: "A change-set file, or a group folder (with --seq).")
   var path: String
 
+  @OptionGroup var storeOption: StoreOption
+
   @Option(name: .long, help: "The sequence number of the history entry to print (with a group folder).")
   var seq: Int64?
 
   func run() async throws {
     try await GroupSyncCommand.reportingErrors {
       if let seq {
-        let store = try GroupFolder(path: path, create: false).store
+        let store = try storeOption.store(of: GroupFolder(path: path, create: false))
         guard let entry = try store.history(after: seq - 1, limit: 1).first, entry.sequence == seq else {
           throw ValidationError("the history of '\(path)' has no change set \(seq)")
         }

@@ -4,7 +4,7 @@ import GroupSync
 
 struct Status: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
-    abstract: "Show the store's UUID and sequence, and each listener with its backlog.")
+    abstract: "Show each store's UUID, sequence and history, and each listener with its backlog.")
 
   @Argument(help: "The group folder.")
   var directory: String
@@ -28,6 +28,19 @@ struct Status: AsyncParsableCommand {
         "history:  \(status.history.count) change sets (\(status.history.oldest)...\(status.history.newest)), "
           + "\(status.history.bytes) bytes")
       printLine("capture:  \(status.usesPreUpdateHook ? "pre-update hook" : "GRDB's observer (fallback)")")
+      for store in status.stores {
+        if store.isReadOnly {
+          let installed = store.fileModified.map { ISO8601DateFormatter().string(from: $0) } ?? "?"
+          printLine(
+            "store     \(store.name): read-only, \(store.storeID.uuidString), \(store.fileSize ?? 0) bytes, "
+              + "installed \(installed)")
+        } else {
+          printLine(
+            "store     \(store.name): sequence \(store.sequence), \(store.storeID.uuidString), history "
+              + "\(store.history.count) change sets (\(store.history.oldest)...\(store.history.newest)), "
+              + "\(store.history.bytes) bytes")
+        }
+      }
       if let foreign = status.lastForeignCommit {
         let time = ISO8601DateFormatter().string(
           from: Date(timeIntervalSince1970: Double(foreign.detectedAtNanoseconds) / 1e9))
@@ -36,7 +49,11 @@ struct Status: AsyncParsableCommand {
       if status.listeners.isEmpty { printLine("listeners: none") }
       for listener in status.listeners {
         let state = listener.isLive ? "live (pid \(listener.processID.map(String.init) ?? "?"))" : "dead"
-        let place = listener.acknowledged.map { ", durable at \($0) (lag \(status.sequence - $0))" } ?? ""
+        var place = listener.acknowledged.map { ", durable at \($0) (lag \(status.sequence - $0))" } ?? ""
+        for (store, at) in listener.places.sorted(by: { $0.key < $1.key }) {
+          let sequence = status.stores.first { $0.name == store }?.sequence ?? at
+          place += ", \(store) at \(at) (lag \(sequence - at))"
+        }
         printLine("listener  \(listener.name): \(state), backlog \(listener.backlog)\(place)")
       }
     }

@@ -45,10 +45,13 @@ struct Watch: AsyncParsableCommand {
         switch event {
         case .changes(let changeSet):
           let now = Int64(Date().timeIntervalSince1970 * 1e9)
-          printLine(json ? ChangeSetJSON.line(changeSet, deliveredAtNs: now) : Self.text(changeSet))
+          let storeName = (try? group.store(withID: changeSet.storeID).name) ?? "?"
+          printLine(
+            json ? ChangeSetJSON.line(changeSet, storeName: storeName, deliveredAtNs: now)
+              : Self.text(changeSet, storeName: storeName))
           delivered += 1
         case .reset(let reset):
-          printLine(json ? ChangeSetJSON.line(reset, store: group.store.storeID) : "reset: \(reset)")
+          printLine(json ? ChangeSetJSON.line(reset, mainStore: group.store.storeID) : "reset: \(reset)")
         }
         if let count, delivered >= count { break }
       }
@@ -56,8 +59,8 @@ struct Watch: AsyncParsableCommand {
     }
   }
 
-  static func text(_ changeSet: ChangeSet) -> String {
-    var lines = ["#\(changeSet.sequence)"]
+  static func text(_ changeSet: ChangeSet, storeName: String) -> String {
+    var lines = ["#\(changeSet.sequence) (store \(storeName))"]
     for (label, ids) in [("inserted", changeSet.inserted), ("updated", changeSet.updated), ("deleted", changeSet.deleted)]
     where !ids.isEmpty {
       lines.append("  \(label): " + ids.map(\.uri).sorted().joined(separator: " "))
