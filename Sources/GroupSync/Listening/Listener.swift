@@ -454,7 +454,7 @@ public final class Listener: @unchecked Sendable {
   private func resetAll(_ reason: String) -> Reset {
     Logger.groupSync.error("listener '\(name)': \(reason); resetting every store")
     try? folders.inbox.forEachEntry { folders.inbox.remove($0) }
-    for stream in streams { _ = stream.reset(reason, inbox: nil) }
+    for stream in streams { _ = stream.reset(reason, inbox: nil, logged: true) }
     deliveredThrough.store(streams[0].nextSequence, ordering: .relaxed)
     shared.withLock { shared in
       for stream in streams {

@@ -222,10 +222,11 @@ final class StoreStream {
     }
   }
 
-  /// Logs why, skips to the store's current sequence and drops everything
-  /// up to it; with `inbox`, also the store's files waiting there.
-  func reset(_ reason: String, inbox: SafeDirectory?) -> Reset {
-    Logger.groupSync.error("listener '\(listener)': store '\(store)': \(reason); resetting")
+  /// Logs why (unless the caller did), skips to the store's current
+  /// sequence and drops everything up to it; with `inbox`, also the
+  /// store's files waiting there.
+  func reset(_ reason: String, inbox: SafeDirectory?, logged: Bool = false) -> Reset {
+    if !logged { Logger.groupSync.error("listener '\(listener)': store '\(store)': \(reason); resetting") }
     // List before reading the sequence: a file appears only after its
     // commit, so every file listed now is at or below the sequence read
     // next (covered by the reset), or forged; all of them go.
