@@ -300,13 +300,4 @@ struct GRDBStoreTests {
     _ = unsafeBitCast(symbol, to: Function.self)(connection, nil, nil)
   }
 
-  func waitUntil(
-    _ what: String = "condition", timeout: Duration = .seconds(15), _ condition: @Sendable () -> Bool
-  ) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while !condition() {
-      guard ContinuousClock.now < deadline else { throw TestFailure("timed out waiting: \(what)") }
-      try await Task.sleep(for: .milliseconds(10))
-    }
-  }
 }

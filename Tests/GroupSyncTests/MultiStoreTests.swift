@@ -472,6 +472,34 @@ struct MultiStoreTests {
     #expect(only.stdout.contains("migrated 1 rows of 1 tables from seed into main (category 1)"), "\(only.stdout)")
   }
 
+  // MARK: GRDB observation
+
+  @Test func aRegionObservationOfAnotherStoreFiresForThatStoresCommitsOnly() async throws {
+    let folder = try TemporaryFolder()
+    let directory = try await ProcessHarness.initGroup(folder, schema: Self.schema)
+    try #require(try await ProcessHarness.run(
+      ["init", directory, "--store", "app", "--schema", folder.child("schema-group.sql")]).status == 0)
+    let group = try GroupFolder(path: directory, create: false)
+    let app = try group.store(named: "app")
+    let relay = try group.observeOtherProcesses(store: "app")
+    defer { relay.cancel() }
+    let fired = Collected<Int>()
+    let observation = try DatabaseRegionObservation(tracking: Table("items"))
+      .start(in: app.pool, onError: { Issue.record($0) }, onChange: { _ in fired.append(1) })
+    defer { observation.cancel() }
+
+    _ = try await ProcessHarness.exec(directory, repeat: 3, ListenerFixture.insert)  // main: not app's
+    _ = try await ProcessHarness.run(["exec", directory, "--store", "app", "--repeat", "2"] + ListenerFixture.insert)
+    try await waitUntil("2 change sets of app observed") { fired.all.count >= 2 }
+    try await Task.sleep(for: .milliseconds(300))
+    #expect(fired.all.count == 2, "the main store's commits are not app's")
+
+    try Self.makeSeed(folder.child("seed.db"), titles: ["soup"])
+    try group.installReadOnlyStore(named: "seed", from: folder.child("seed.db"))
+    #expect(throws: GroupSyncError.readOnlyStore("seed")) { try group.observeOtherProcesses(store: "seed") }
+    #expect(throws: GroupSyncError.unknownStore("nope")) { try group.observeOtherProcesses(store: "nope") }
+  }
+
   // MARK: Status
 
   @Test func statusShowsEveryStore() async throws {

@@ -21,11 +21,18 @@ extension GroupFolder {
   ///   .start(in: group.store.pool, onError: { _ in }, onChange: { notes in show(notes) })
   /// ```
   ///
-  /// - Parameter writer: the GRDB database whose observations fire; the
-  ///   store's own pool by default.
+  /// - Parameters:
+  ///   - store: the store whose change sets are relayed (`main` by
+  ///     default); a read-only store, which no process writes, is refused.
+  ///   - writer: the GRDB database whose observations fire; the store's
+  ///     own pool by default.
   /// - Returns: the running relay; it stops when cancelled or released.
-  public func observeOtherProcesses(in writer: (any DatabaseWriter)? = nil) throws -> OtherProcessObservation {
-    try OtherProcessObservation(group: self, writer: writer)
+  public func observeOtherProcesses(
+    store name: String = "main", in writer: (any DatabaseWriter)? = nil
+  ) throws -> OtherProcessObservation {
+    let store = try store(named: name)
+    guard !store.isReadOnly else { throw GroupSyncError.readOnlyStore(name) }
+    return try OtherProcessObservation(group: self, store: store, writer: writer)
   }
 }
 
@@ -35,8 +42,7 @@ public final class OtherProcessObservation: Sendable {
   private let listener: Listener
   private let task: Task<Void, Never>
 
-  init(group: GroupFolder, writer: (any DatabaseWriter)?) throws {
-    let store = group.store
+  init(group: GroupFolder, store: Store, writer: (any DatabaseWriter)?) throws {
     let writer = writer ?? store.pool
     // The store's pool already saw this process's commits.
     let skipsOwnCommits = writer === store.pool
@@ -44,10 +50,11 @@ public final class OtherProcessObservation: Sendable {
     task = listener.start { event in
       switch event {
       case .changes(let changeSet):
+        guard changeSet.storeID == store.storeID else { return }  // another store's
         if skipsOwnCommits && changeSet.writerProcessID == System.processID { return }
         await Self.notify(writer, store: store, tables: (Array(changeSet.tables.keys) + changeSet.invalidatedTableNames).map(\.name))
-      case .reset:
-        await Self.notify(writer, store: store, tables: nil)
+      case .reset(let reset):
+        if reset.concerns(store.storeID) { await Self.notify(writer, store: store, tables: nil) }
       }
     }
   }

@@ -252,3 +252,14 @@ func craftedChangeSet(store: UUID, sequence: Int64, table: String = "items", row
     storeID: store, sequence: sequence, committedAtNanoseconds: 1, writerProcessID: 1,
     tables: [TableName(table): TableChanges(inserted: [rowID])], invalidatedTableNames: [])
 }
+
+/// Waits until `condition` holds, polling every 10 ms.
+func waitUntil(
+  _ what: String = "condition", timeout: Duration = .seconds(15), _ condition: @Sendable () -> Bool
+) async throws {
+  let deadline = ContinuousClock.now + timeout
+  while !condition() {
+    guard ContinuousClock.now < deadline else { throw TestFailure("timed out waiting: \(what)") }
+    try await Task.sleep(for: .milliseconds(10))
+  }
+}
