@@ -281,6 +281,29 @@ struct MultiStoreTests {
     }
   }
 
+  @Test func aBrokenOrPlantedStoreDoesNotStopDeliveryOfTheOthers() async throws {
+    let folder = try TemporaryFolder()
+    let directory = try await ProcessHarness.initGroup(folder, schema: Self.schema)
+    try FileManager.default.createDirectory(atPath: directory + "/stores", withIntermediateDirectories: true)
+    try Self.makeSeed(folder.child("wal.db"), titles: ["x"])
+    #expect(rename(folder.child("wal.db"), directory + "/stores/bad.readonly.sqlite") == 0)
+    let group = try GroupFolder(path: directory, create: false)
+    let listener = try group.listen(as: "ui", options: ListenerFixture.options)
+    defer { listener.close() }
+    let written = try await ProcessHarness.exec(directory, ListenerFixture.insert)
+    #expect(ChangeSetLine(try await ListenerHarness.nextChanges(listener)) == written[0])
+
+    // `stores/` replaced by a symlink to a folder outside the group.
+    try FileManager.default.createDirectory(atPath: folder.child("outside"), withIntermediateDirectories: true)
+    try FileManager.default.removeItem(atPath: directory + "/stores")
+    #expect(symlink(folder.child("outside"), directory + "/stores") == 0)
+    let second = try await ProcessHarness.exec(directory, ListenerFixture.insert)
+    #expect(ChangeSetLine(try await ListenerHarness.nextChanges(listener)) == second[0])
+    #expect(try group.allStores().map(\.name) == ["main"])
+    #expect(throws: GroupSyncError.self) { try group.store(named: "evil", create: true) }
+    #expect(ProcessHarness.entries(folder.child("outside")).isEmpty, "nothing made outside the group")
+  }
+
   @Test func replacingTheSeedStoreIsOneResetOfThatStoreAlone() async throws {
     let folder = try TemporaryFolder()
     let directory = try await ProcessHarness.initGroup(folder, schema: Self.schema)

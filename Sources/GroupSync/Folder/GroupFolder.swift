@@ -101,9 +101,11 @@ public final class GroupFolder: Sendable {
       if ListenerLock.isHeld(in: folder) { throw GroupSyncError.listenerNameInUse(name) }
       listeners.remove(name)
     }
-    try store.pool.write { db in
-      if try db.tableExists(DurableCursor.table) {
-        try db.execute(sql: "DELETE FROM \(DurableCursor.table) WHERE name = ?", arguments: [name])
+    for store in try allStores() where !store.isReadOnly {
+      try store.pool.write { db in
+        if try db.tableExists(DurableCursor.table) {
+          try db.execute(sql: "DELETE FROM \(DurableCursor.table) WHERE name = ?", arguments: [name])
+        }
       }
     }
   }

@@ -41,7 +41,16 @@ final class StoreDirectory: Sendable {
   /// Every store of the group: the main store first, then by name.
   func entries() throws -> [Entry] {
     var entries: [Entry] = []
-    if let folder = try storesFolder(create: false) {
+    let folder: SafeDirectory?
+    do {
+      folder = try storesFolder(create: false)
+    } catch let error as GroupSyncError {
+      // Something planted where `stores/` belongs: no store is there.
+      guard case .unsafeEntry = error else { throw error }
+      Logger.groupSync.error("\(error)")
+      folder = nil
+    }
+    if let folder {
       try folder.forEachEntry { bytes in
         guard let name = String(validating: bytes, as: UTF8.self),
           let store = GroupLayout.store(inFileName: name),

@@ -74,6 +74,9 @@ public final class Listener: @unchecked Sendable {
   private var streams: [StoreStream]
   /// The stream to try first next time, so that no store starves another.
   private var nextStream = 0
+  /// Stores whose file could not be opened (logged once; tried again on
+  /// each rescan tick).
+  private var unopenable = Set<String>()
   private var folders: Folders
 
   /// The listener's folders, reopened when something replaced them.
@@ -107,8 +110,14 @@ public final class Listener: @unchecked Sendable {
       // Registered in-process before the sequences are read: this
       // process's commits after it come in memory, never through the inbox.
       LocalListeners.shared.add(self, group: group.root)
-      for store in try directory.all() {
-        streams.append(try makeStream(store, fromStart: false))
+      for entry in try directory.entries() {
+        do {
+          streams.append(try makeStream(directory.store(named: entry.name), fromStart: false))
+        } catch where entry.name != GroupLayout.mainStoreName {
+          // A planted or broken file must not stop delivery of the others.
+          Logger.groupSync.error("listener '\(name)': cannot open store '\(entry.name)': \(error)")
+          unopenable.insert(entry.name)
+        }
       }
       deliveredThrough.store(streams[0].nextSequence, ordering: .relaxed)
       let watch = try watchInbox(inbox)
@@ -475,10 +484,14 @@ public final class Listener: @unchecked Sendable {
     for entry in entries where stream(named: entry.name) == nil {
       do {
         let store = try directory.store(named: entry.name)
-        streams.append(try makeStream(store, fromStart: true))
+        // A store that could not be opened at start existed then.
+        streams.append(try makeStream(store, fromStart: !unopenable.contains(entry.name)))
+        unopenable.remove(entry.name)
         Logger.groupSync.info("listener '\(name)': now listening to store '\(entry.name)'")
       } catch {
-        Logger.groupSync.error("listener '\(name)': cannot open store '\(entry.name)': \(error)")
+        if unopenable.insert(entry.name).inserted {
+          Logger.groupSync.error("listener '\(name)': cannot open store '\(entry.name)': \(error)")
+        }
       }
     }
     return nil
