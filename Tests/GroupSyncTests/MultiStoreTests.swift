@@ -523,6 +523,32 @@ struct MultiStoreTests {
     #expect(throws: GroupSyncError.unknownStore("nope")) { try group.observeOtherProcesses(store: "nope") }
   }
 
+  // MARK: The command line
+
+  @Test func theCommandLineNamesBadStoresAndOptions() async throws {
+    let folder = try TemporaryFolder()
+    let directory = try await ProcessHarness.initGroup(folder, schema: Self.schema)
+    try Self.makeSeed(folder.child("seed.db"), titles: ["soup"])
+    let cases: [(arguments: [String], message: String)] = [
+      (["init", directory, "--read-only", folder.child("seed.db")], "--read-only needs --store"),
+      (["init", directory, "--store", "Bad.Name"], "invalid store name 'Bad.Name'"),
+      (["init", directory, "--store", "seed", "--read-only", folder.child("seed.db"), "--schema", "x.sql"],
+       "--schema cannot change a read-only store"),
+      (["init", directory, "--store", "seed", "--read-only", folder.child("nothing.db")], "nothing.db"),
+      (["exec", directory, "--store", "nope", "SELECT 1"], "no store named 'nope'"),
+      (["log", directory, "--store", "nope"], "no store named 'nope'"),
+      (["query", directory, "SELECT 1", "--store", "nope"], "no store named 'nope'"),
+      (["migrate-store", directory, "--from", "nope"], "no store named 'nope'"),
+    ]
+    for (arguments, message) in cases {
+      let result = try await ProcessHarness.run(arguments)
+      #expect(result.status != 0, "\(arguments) succeeded")
+      #expect(result.stderr.contains(message), "\(arguments): \(result.stderr)")
+    }
+    #expect(ProcessHarness.entries(directory + "/stores").isEmpty, "no store was made by a failed command")
+    #expect(try await ProcessHarness.status(directory).sequence == 1)
+  }
+
   // MARK: Status
 
   @Test func statusShowsEveryStore() async throws {
