@@ -1,19 +1,81 @@
+import Foundation
 import GRDB
 
 extension Context {
-  /// Writes every pending change in one ``Store/write(_:)-(Database)->T``,
-  /// so that other processes get it as one change set, and returns it (nil
-  /// when nothing was left to write).
+  /// Writes every pending change, one ``Store/write(_:)-(Database)->T`` per
+  /// store with changes (the main store first, then by name), so that
+  /// other processes get one change set per store, and returns the first
+  /// change set written (nil when nothing was left to write; see
+  /// ``saveAndReturnChangeSets()`` for each store's).
   ///
   /// Before writing, each edited or deleted object's row is compared with
   /// the snapshot its edit was based on; a difference is a conflict, which
   /// ``mergePolicy`` resolves. Under ``MergePolicy/error`` the save throws
   /// ``MergeConflictError`` and nothing is written; the changes stay
   /// pending. Inserted objects get their permanent IDs.
+  ///
+  /// Each store's changes commit atomically in that store, but stores are
+  /// separate SQLite files, so a save over several stores is not one
+  /// transaction. What can be checked before any store is written is:
+  /// pending changes to a read-only store throw
+  /// ``GroupSyncError/readOnlyStore(_:)``, an object of a store the group
+  /// does not have throws ``ContextError/foreignStore(_:)``, and under
+  /// ``MergePolicy/error`` the conflicts of every store are looked for
+  /// first and throw ``MergeConflictError``, all with nothing written. If
+  /// a store's write still fails after an earlier store committed (a
+  /// constraint, a conflict that appeared meanwhile, I/O), the save throws
+  /// ``PartialSaveError``: the earlier stores' changes are committed and
+  /// published, the failing store's and the later stores' changes stay
+  /// pending, and another ``save()`` writes only them. When the first
+  /// store fails, its own error is thrown and nothing was written.
   @discardableResult
   public func save() throws -> ChangeSet? {
-    guard hasChanges else { return nil }
-    let work = changedObjects
+    try saveAndReturnChangeSets().first
+  }
+
+  /// Like ``save()``, and returns the change set of each store written, in
+  /// the order written.
+  @discardableResult
+  public func saveAndReturnChangeSets() throws -> [ChangeSet] {
+    guard hasChanges else { return [] }
+    var work: [UUID: [ManagedObject]] = [:]
+    var stores: [Store] = []
+    for object in changedObjects {
+      let storeID = object.objectID.storeID
+      if work[storeID] == nil { stores.append(try store(for: object.objectID)) }
+      work[storeID, default: []].append(object)
+    }
+    let main = group.store.storeID
+    stores.sort { ($0.storeID == main ? 0 : 1, $0.name) < ($1.storeID == main ? 0 : 1, $1.name) }
+    if let readOnly = stores.first(where: \.isReadOnly) { throw GroupSyncError.readOnlyStore(readOnly.name) }
+    if stores.count > 1, mergePolicy == .error {
+      // Conflicts there already are fail the save before any store is written.
+      var conflicts: [MergeConflict] = []
+      for store in stores {
+        let writer = ContextWriter(policy: mergePolicy, tables: tables(store))
+        let objects = work[store.storeID] ?? []
+        conflicts += try store.read { db in try writer.conflicts(objects, db) }
+      }
+      if !conflicts.isEmpty { throw MergeConflictError(conflicts: conflicts) }
+    }
+    var changeSets: [ChangeSet] = []
+    for (index, store) in stores.enumerated() {
+      do {
+        if let changeSet = try save(work[store.storeID] ?? [], in: store) { changeSets.append(changeSet) }
+      } catch let error where index > 0 {
+        throw PartialSaveError(
+          savedStores: stores[..<index].map(\.name), changeSets: changeSets, failedStore: store.name,
+          pendingStores: stores[index...].map(\.name), underlying: error)
+      }
+    }
+    return changeSets
+  }
+
+  /// Writes the pending changes of `store`'s objects in one transaction,
+  /// then brings the objects, the store's results controllers and the
+  /// observers up to date.
+  private func save(_ work: [ManagedObject], in store: Store) throws -> ChangeSet? {
+    let tables = tables(store)
     let writer = ContextWriter(policy: mergePolicy, tables: tables)
     let (outcomes, changeSet) = try store.writeAndReturnChangeSet { db in
       try writer.write(work, db)
@@ -40,15 +102,18 @@ extension Context {
       if outcome.rolledBack { changes.refreshed.insert(object.objectID) }
     }
     if let changeSet {
-      ownSequences.insert(changeSet.sequence)
+      ownSequences[store.storeID, default: []].insert(changeSet.sequence)
       changes.sequence = changeSet.sequence
       changes.inserted = changeSet.inserted
       changes.updated = changeSet.updated
       changes.deleted = changeSet.deleted
       changes.invalidated = changeSet.invalidatedTables
       for table in changeSet.invalidatedTableNames { tables.forget(table) }
-      for controller in liveControllers() { try controller.apply(changeSet) }
+      for controller in liveControllers() where controller.store.storeID == store.storeID {
+        try controller.apply(changeSet)
+      }
     }
+    if !changes.isEmpty { changes.storeID = store.storeID }
     notify(changes)
     return changeSet
   }
@@ -104,16 +169,33 @@ struct ContextWriter {
         continue
       }
       if policy == .error {
-        conflicts.append(
-          MergeConflict(
-            objectID: object.objectID, snapshot: (base ?? RowValues()).dictionary, stored: stored?.dictionary,
-            pending: object.pending.dictionary, isDelete: object.isDeleted))
+        conflicts.append(Self.conflict(object, base: base, stored: stored))
         continue
       }
       outcomes.append(try resolve(object, table: table, base: base ?? RowValues(), stored: stored, db))
     }
     if !conflicts.isEmpty { throw MergeConflictError(conflicts: conflicts) }
     return outcomes
+  }
+
+  /// The conflicts of `objects` with the store, without writing: the
+  /// check ``write(_:_:)`` makes, for a save over several stores to make
+  /// in every store before it writes any.
+  func conflicts(_ objects: [ManagedObject], _ db: Database) throws -> [MergeConflict] {
+    var conflicts: [MergeConflict] = []
+    for object in objects where !object.isInserted {
+      let stored = try tables.row(of: TableName(object.objectID.table), rowID: object.objectID.rowID, db)
+      let base = object.isFault ? stored : object.baseValues
+      if (object.isDeleted && stored == nil) || stored == base { continue }
+      conflicts.append(Self.conflict(object, base: base, stored: stored))
+    }
+    return conflicts
+  }
+
+  private static func conflict(_ object: ManagedObject, base: RowValues?, stored: RowValues?) -> MergeConflict {
+    MergeConflict(
+      objectID: object.objectID, snapshot: (base ?? RowValues()).dictionary, stored: stored?.dictionary,
+      pending: object.pending.dictionary, isDelete: object.isDeleted)
   }
 
   /// Applies the merge policy to one conflicting object.

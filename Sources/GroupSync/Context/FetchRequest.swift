@@ -1,7 +1,15 @@
 import GRDB
 
-/// Which rows of one table a context fetches, and in which order: the
-/// request a ``ResultsController`` keeps current.
+/// Which rows of one table of one store a context fetches, and in which
+/// order: the request a ``ResultsController`` keeps current.
+///
+/// `store` names a store of the group (``GroupFolder/store(named:create:)``);
+/// the main store by default. For example, rows of a read-only store of
+/// shipped data:
+///
+/// ```swift
+/// let shipped = FetchRequest(table: "item", store: "seed", orderBy: [.ascending("name")])
+/// ```
 ///
 /// `filter` is an SQL expression (a `WHERE` clause without the keyword)
 /// with `arguments`; it may read other tables (a subquery), in which case a
@@ -9,16 +17,19 @@ import GRDB
 /// total: rows equal under `orderBy` are ordered by rowid.
 public struct FetchRequest: Sendable {
   public var table: String
+  /// The store of the group whose table is read: `main` by default.
+  public var store: String
   public var filter: String?
   public var arguments: StatementArguments
   public var sortDescriptors: [SortDescriptor]
   public var limit: Int?
 
   public init(
-    table: String, filter: String? = nil, arguments: StatementArguments = [], orderBy: [SortDescriptor] = [],
-    limit: Int? = nil
+    table: String, store: String = "main", filter: String? = nil, arguments: StatementArguments = [],
+    orderBy: [SortDescriptor] = [], limit: Int? = nil
   ) {
     self.table = table
+    self.store = store
     self.filter = filter
     self.arguments = arguments
     self.sortDescriptors = orderBy
@@ -47,7 +58,8 @@ public struct FetchRequest: Sendable {
     do {
       statement = try db.cachedStatement(sql: sql(info, onlyRowIDs: rowIDs != nil))
     } catch let error as DatabaseError {
-      throw ContextError.invalidRequest("\(error.message ?? "\(error)") in the request on '\(table)'")
+      throw ContextError.invalidRequest(
+        "\(error.message ?? "\(error)") in the request on '\(table)' of store '\(store)'")
     }
     var arguments = self.arguments
     if let rowIDs { arguments += ["[" + rowIDs.map(String.init).joined(separator: ",") + "]"] }

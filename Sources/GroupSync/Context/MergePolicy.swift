@@ -45,7 +45,8 @@ public struct MergeConflict: Sendable, CustomStringConvertible {
   }
 }
 
-/// A save under ``MergePolicy/error`` found conflicts; nothing was written.
+/// A save under ``MergePolicy/error`` found conflicts; nothing was written
+/// (in any store).
 public struct MergeConflictError: Error, CustomStringConvertible {
   public let conflicts: [MergeConflict]
 
@@ -63,7 +64,7 @@ public enum ContextError: Error, Equatable, Sendable, CustomStringConvertible {
   case objectNotFound(ObjectID)
   /// The object was deleted in the context; it cannot be edited.
   case objectDeleted(ObjectID)
-  /// The ID names another store than the context's.
+  /// The ID names a store UUID the group does not have.
   case foreignStore(ObjectID)
   /// A temporary ID the context does not know (made by another context, or
   /// its object was rolled back).
@@ -80,10 +81,36 @@ public enum ContextError: Error, Equatable, Sendable, CustomStringConvertible {
     case .objectGone(let id): "the row of \(id) no longer exists in the store"
     case .objectNotFound(let id): "no row exists for \(id)"
     case .objectDeleted(let id): "\(id) was deleted in this context; it cannot be edited"
-    case .foreignStore(let id): "\(id) names another store than this context's"
+    case .foreignStore(let id): "the group has no store with UUID \(id.storeID.uuidString) (named by \(id))"
     case .unknownTemporaryID(let id): "\(id) is a temporary ID this context does not know"
     case .contextReleased(let id): "the context of \(id) was released"
     case .invalidRequest(let reason): "invalid request: \(reason)"
     }
+  }
+}
+
+/// A save that wrote its changes to some stores and then failed in
+/// another: what the earlier stores committed stays committed (their
+/// objects are saved, their change sets published); the failing store's
+/// changes, and those of the stores after it, stay pending in the context,
+/// and a later ``Context/save()`` writes only them.
+public struct PartialSaveError: Error, CustomStringConvertible {
+  /// The stores whose changes were committed, in order.
+  public let savedStores: [String]
+  /// Their change sets.
+  public let changeSets: [ChangeSet]
+  /// The store whose save failed.
+  public let failedStore: String
+  /// The stores whose changes stay pending: the failing one and those not
+  /// tried after it.
+  public let pendingStores: [String]
+  /// Why the failing store's save failed (``MergeConflictError``, a GRDB
+  /// `DatabaseError`, ...).
+  public let underlying: any Error
+
+  public var description: String {
+    "save partly done: committed in store(s) \(savedStores.map { "'\($0)'" }.joined(separator: ", ")); "
+      + "failed in store '\(failedStore)': \(underlying); "
+      + "the changes to \(pendingStores.map { "'\($0)'" }.joined(separator: ", ")) stay pending"
   }
 }

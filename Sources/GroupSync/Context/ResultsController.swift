@@ -1,9 +1,10 @@
 import Foundation
 import GRDB
 
-/// A live, ordered list of the rows a ``FetchRequest`` selects, kept current
-/// by its context's merges and saves: Core Data's fetched results
-/// controller.
+/// A live, ordered list of the rows a ``FetchRequest`` selects in its
+/// store, kept current by its context's merges and saves: Core Data's
+/// fetched results controller. It follows only its store's change sets and
+/// resets.
 ///
 /// For a change set it checks only the changed rowids against the request
 /// (one query) and reports a ``ResultsChange``: a `CollectionDifference`
@@ -21,6 +22,8 @@ import GRDB
 public final class ResultsController {
   public let request: FetchRequest
   public let context: Context
+  /// The store of the group the request reads.
+  let store: Store
   /// The request's table as the schema spells it (change sets do).
   private var table: TableName
   /// The rowids in order, their sort keys alongside.
@@ -34,9 +37,13 @@ public final class ResultsController {
   private let order: KeyOrder
 
   /// Runs the request once and registers its objects in `context`.
+  ///
+  /// - Throws: ``GroupSyncError/unknownStore(_:)`` if the group has no
+  ///   store named `request.store`; ``ContextError/invalidRequest(_:)``.
   public init(context: Context, request: FetchRequest) throws {
     self.context = context
     self.request = request
+    self.store = try context.store(named: request.store)
     self.order = KeyOrder(request.sortDescriptors)
     self.table = TableName(request.table)
     try performFetch(notify: false)
@@ -73,10 +80,11 @@ public final class ResultsController {
 
   /// Re-runs the whole request; `notify`: report the difference.
   func performFetch(notify: Bool) throws {
-    let (rows, others, table) = try context.store.read { db in
-      let table = TableName(try context.tables.info(TableName(request.table), db).name)
-      let others = try request.readTables(db, tables: context.tables).subtracting([table])
-      return (try request.fetchRows(db, tables: context.tables), others, table)
+    let tables = context.tables(store)
+    let (rows, others, table) = try store.read { db in
+      let table = TableName(try tables.info(TableName(request.table), db).name)
+      let others = try request.readTables(db, tables: tables).subtracting([table])
+      return (try request.fetchRows(db, tables: tables), others, table)
     }
     otherTables = others
     self.table = table
@@ -84,13 +92,15 @@ public final class ResultsController {
     rowIDs = rows.map(\.rowID)
     keys = rows.map(\.keys)
     keysByRowID = Dictionary(rows.map { ($0.rowID, $0.keys) }, uniquingKeysWith: { a, _ in a })
-    for row in rows { context.register(rowID: row.rowID, table: table.name, values: row.values) }
+    for row in rows {
+      context.register(rowID: row.rowID, table: table.name, storeID: store.storeID, values: row.values)
+    }
     if notify { report(from: old, changed: Set(rowIDs)) }
   }
 
   /// Brings the list up to date with a merged or saved change set.
   func apply(_ changeSet: ChangeSet) throws {
-    guard changeSet.storeID == context.store.storeID else { return }
+    guard changeSet.storeID == store.storeID else { return }
     let touched = changeSet.tables[table]
     let othersChanged = otherTables.contains { changeSet.tables[$0] != nil || changeSet.invalidatedTableNames.contains($0) }
     if changeSet.invalidatedTableNames.contains(table) || othersChanged || (request.limit != nil && touched != nil) {
@@ -98,14 +108,15 @@ public final class ResultsController {
     }
     guard let touched else { return }
     let changed = Array(Set(touched.inserted + touched.updated)).sorted()
-    let matching = try context.store.read { db in
-      try request.fetchRows(db, tables: context.tables, onlyRowIDs: changed)
+    let tables = context.tables(store)
+    let matching = try store.read { db in
+      try request.fetchRows(db, tables: tables, onlyRowIDs: changed)
     }
     let old = rowIDs
     for rowID in touched.deleted + changed { remove(rowID) }
     for row in matching {
       insert(row)
-      context.register(rowID: row.rowID, table: table.name, values: row.values)
+      context.register(rowID: row.rowID, table: table.name, storeID: store.storeID, values: row.values)
     }
     report(from: old, changed: Set(matching.map(\.rowID)))
   }
@@ -158,7 +169,7 @@ public final class ResultsController {
   }
 
   private func objectID(_ rowID: Int64) -> ObjectID {
-    ObjectID(storeID: context.store.storeID, table: table.name, rowID: rowID)
+    ObjectID(storeID: store.storeID, table: table.name, rowID: rowID)
   }
 }
 

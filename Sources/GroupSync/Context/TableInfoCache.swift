@@ -1,7 +1,9 @@
 import GRDB
 
-/// What a context needs of each table it reads: a rowid alias that no
-/// column shadows, and a quoted name; and the reads by rowid it makes.
+/// What a context needs of each table it reads in one store: a rowid alias
+/// that no column shadows, and a quoted name; and the reads by rowid it
+/// makes. A context keeps one per store, since two stores may hold tables
+/// of the same name with different columns.
 final class TableInfoCache {
   struct Info {
     /// The name as the schema spells it, which change sets use: SQLite
@@ -12,7 +14,13 @@ final class TableInfoCache {
     let quotedName: String
   }
 
+  /// The store's name, for errors.
+  let storeName: String
   private var infos: [TableName: Info] = [:]
+
+  init(storeName: String) {
+    self.storeName = storeName
+  }
 
   func info(_ table: TableName, _ db: Database) throws -> Info {
     if let info = infos[table] { return info }
@@ -22,18 +30,27 @@ final class TableInfoCache {
       arguments: [table.name])
     guard let entry, ["table", "virtual"].contains(entry[0] as String), (entry[1] as Int64) == 0 else {
       throw ContextError.invalidRequest(
-        entry == nil ? "the store has no table '\(table.name)'" : "'\(table.name)' is not a table with rowids")
+        entry == nil ? "the store '\(storeName)' has no table '\(table.name)'"
+          : "'\(table.name)' of store '\(storeName)' is not a table with rowids")
     }
     let columns = try String.fetchAll(
       db.cachedStatement(sql: "SELECT name FROM pragma_table_xinfo(?, 'main')"), arguments: [table.name])
     let taken = Set(columns.map(SQLIdentifier.asciiLowercased))
     guard let alias = ["_rowid_", "rowid", "oid"].first(where: { !taken.contains($0) }) else {
-      throw ContextError.invalidRequest("every rowid alias of '\(table.name)' is a column name")
+      throw ContextError.invalidRequest("every rowid alias of '\(table.name)' of store '\(storeName)' is a column name")
     }
     let name: String = entry[2]
     let info = Info(name: name, rowIDName: alias, quotedName: TableName(name).quoted)
     infos[table] = info
     return info
+  }
+
+  /// Whether the store has a table (or view) named `table`.
+  func exists(_ table: TableName, _ db: Database) throws -> Bool {
+    if infos[table] != nil { return true }
+    return try Bool.fetchOne(
+      db.cachedStatement(sql: "SELECT 1 FROM pragma_table_list WHERE schema = 'main' AND name = ? COLLATE NOCASE"),
+      arguments: [table.name]) ?? false
   }
 
   /// The schema's spelling of `table`, if already known (no I/O).
