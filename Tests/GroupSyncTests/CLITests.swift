@@ -238,7 +238,7 @@ struct CLITests {
     #expect(try await ProcessHarness.exitsOnItsOwn(watch))
     let result = try await ProcessHarness.finish(watch)
     #expect(result.status == 0)
-    #expect(Self.lines(result.stdout) == ["#\(written[0].seq)", "  inserted: \(written[0].inserted[0])", "  invalidated: \(written[0].invalidatedTables[0])"])
+    #expect(Self.lines(result.stdout) == ["#\(written[0].seq) (store main)", "  inserted: \(written[0].inserted[0])", "  invalidated: \(written[0].invalidatedTables[0])"])
   }
 
   @Test(arguments: [SIGTERM, SIGINT])

@@ -356,26 +356,27 @@ struct MultiStoreTests {
     for (index, titles) in versions.enumerated() { try Self.makeSeed(folder.child("v\(index).db"), titles: titles) }
     let seed = try group.installReadOnlyStore(named: "seed", from: folder.child("v0.db"))
     let done = Collected<Bool>()
-    let reader = Task.detached { () -> (reads: Int, bad: [String]) in
-      var reads = 0
-      var bad: [String] = []
+    let reads = Collected<Int>()
+    let reader = Thread {
       while done.all.isEmpty {
         do {
           let titles = try Self.titles(seed)
-          if !versions.contains(titles) { bad.append("\(titles)") }
+          reads.append(versions.contains(titles) ? 0 : 1)
         } catch {
-          bad.append("\(error)")
+          reads.append(2)
         }
-        reads += 1
       }
-      return (reads, bad)
     }
+    reader.start()
+    try await waitUntil("the reader's first read") { !reads.all.isEmpty }
     for round in 0..<30 {
       try group.installReadOnlyStore(named: "seed", from: folder.child("v\(round % 2).db"))
     }
+    let afterInstalls = reads.all.count
+    try await waitUntil("a read after the last install") { reads.all.count > afterInstalls }
     done.append(true)
-    let (reads, bad) = await reader.value
-    #expect(reads > 30)
+    let bad = reads.all.filter { $0 != 0 }
+    #expect(reads.all.count >= 2)
     #expect(bad.isEmpty, "\(bad.prefix(3))")
     #expect(try Self.titles(seed) == versions[1])
   }
