@@ -9,8 +9,15 @@
 // loop thread itself) add and remove run directly instead, since waiting
 // for ourselves would deadlock.
 //
+// Each watch has an inotify instance of its own, polled by the loop
+// (uv_poll), rather than libuv's uv_fs_event: the caller chooses the event
+// mask (a listener asks only for entries that appear, so its own removals
+// and a writer's further links do not wake the thread), a wake-up costs one
+// read, and IN_Q_OVERFLOW, which libuv drops, is passed on as a rescan.
+//
 // Lifetime: a watch is freed in the close callback of its last handle, the
-// watcher after its thread was joined and the loop closed.
+// watcher after its thread was joined and the loop closed; its inotify
+// descriptor is closed in the poll handle's close callback.
 
 
 #include "CGroupSync.h"
@@ -21,8 +28,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <uv.h>
 
 typedef enum {
@@ -38,6 +48,7 @@ struct gs__cmd_s {
   gs__cmd_kind kind;
   const char *path;    // add
   uint64_t rescan_ms;  // add
+  unsigned flags;      // add
   uint64_t watch_id;   // add: out; remove: in
   int uv_error;        // add: out
   int result;
@@ -49,7 +60,8 @@ struct gs__watch_s {
   gs__watch_t *next;  // in watcher->watches while registered
   gs_watcher_t *watcher;
   uint64_t id;
-  uv_fs_event_t event;
+  int inotify_fd;  // -1 once closed
+  uv_poll_t poll;
   uv_timer_t timer;
   int has_timer;
   // The folder, and what it looked like at the last rescan passed on: a
@@ -141,22 +153,56 @@ static void gs__complete(gs_watcher_t *w, gs__cmd_t *cmd, int result) {
 
 // MARK: Loop thread
 
-static void gs__on_fs_event(uv_fs_event_t *handle, const char *filename,
-                            int events, int status) {
+// What libuv's uv_fs_event watches, for watches without GS_WATCH_ARRIVALS.
+#define GS__MASK_ALL                                                     \
+  (IN_ATTRIB | IN_CREATE | IN_MODIFY | IN_DELETE | IN_DELETE_SELF |      \
+   IN_MOVE_SELF | IN_MOVED_FROM | IN_MOVED_TO)
+// Entries that appear, and the folder itself going away.
+#define GS__MASK_ARRIVALS \
+  (IN_CREATE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF)
+
+static void gs__on_poll(uv_poll_t *handle, int status, int events) {
   gs__watch_t *watch = handle->data;
+  gs_watcher_t *w = watch->watcher;
+  (void)events;
   if (watch->removed)
     return;
-  int gs_events = 0;
   if (status < 0) {
-    gs_events = GS_EVENT_ERROR;
-  } else {
-    if (events & UV_RENAME)
-      gs_events |= GS_EVENT_RENAME;
-    if (events & UV_CHANGE)
-      gs_events |= GS_EVENT_CHANGE;
+    w->callback(w->context, watch->id, NULL, GS_EVENT_ERROR, status);
+    return;
   }
-  gs_watcher_t *w = watch->watcher;
-  w->callback(w->context, watch->id, filename, gs_events, status);
+  // One read a wake-up: epoll is level-triggered, so what does not fit
+  // wakes the loop again at once.
+  char buffer[16 * 1024] __attribute__((aligned(__alignof__(struct inotify_event))));
+  ssize_t n = read(watch->inotify_fd, buffer, sizeof buffer);
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EINTR)
+      return;
+    w->callback(w->context, watch->id, NULL, GS_EVENT_ERROR, -errno);
+    return;
+  }
+  for (char *p = buffer; p < buffer + n;) {
+    const struct inotify_event *e = (const struct inotify_event *)p;
+    p += sizeof *e + e->len;
+    // The callback may have removed this very watch.
+    if (watch->removed)
+      return;
+    if (e->mask & (IN_Q_OVERFLOW | IN_IGNORED)) {
+      // Events were lost, or the folder is gone: the caller must look.
+      w->callback(w->context, watch->id, NULL, GS_EVENT_RESCAN, 0);
+      continue;
+    }
+    int gs_events = 0;
+    if (e->mask & (IN_ATTRIB | IN_MODIFY))
+      gs_events |= GS_EVENT_CHANGE;
+    if (e->mask & ~(uint32_t)(IN_ATTRIB | IN_MODIFY))
+      gs_events |= GS_EVENT_RENAME;
+    // Events of the folder itself (deleted, moved) carry no name.
+    const char *name = e->len > 0 ? e->name : NULL;
+    if (name == NULL)
+      gs_events = GS_EVENT_RESCAN;
+    w->callback(w->context, watch->id, name, gs_events, 0);
+  }
 }
 
 static int gs__same_time(struct timespec a, struct timespec b) {
@@ -193,6 +239,10 @@ static void gs__on_timer(uv_timer_t *timer) {
 
 static void gs__on_watch_close(uv_handle_t *handle) {
   gs__watch_t *watch = handle->data;
+  if (handle == (uv_handle_t *)&watch->poll && watch->inotify_fd >= 0) {
+    close(watch->inotify_fd);
+    watch->inotify_fd = -1;
+  }
   if (--watch->closing > 0)
     return;
   // Both handles are closed: no callback of this watch can run any more.
@@ -209,13 +259,13 @@ static void gs__close_watch(gs__watch_t *watch, gs__cmd_t *cmd) {
   watch->remove_cmd = cmd;
   watch->closing = watch->has_timer ? 2 : 1;
   // uv_close stops the handle first: no event or timer callback after it.
-  uv_close((uv_handle_t *)&watch->event, gs__on_watch_close);
+  uv_close((uv_handle_t *)&watch->poll, gs__on_watch_close);
   if (watch->has_timer)
     uv_close((uv_handle_t *)&watch->timer, gs__on_watch_close);
 }
 
 static int gs__do_add(gs_watcher_t *w, const char *path, uint64_t rescan_ms,
-                      uint64_t *watch_id, int *uv_error) {
+                      unsigned flags, uint64_t *watch_id, int *uv_error) {
   gs__watch_t *watch = calloc(1, sizeof(*watch));
   if (watch == NULL)
     return GS_ENOMEM;
@@ -225,17 +275,25 @@ static int gs__do_add(gs_watcher_t *w, const char *path, uint64_t rescan_ms,
     free(watch);
     return GS_ENOMEM;
   }
-
-  int rc = uv_fs_event_init(&w->loop, &watch->event);
+  uint32_t mask = (flags & GS_WATCH_ARRIVALS) ? GS__MASK_ARRIVALS
+                                              : GS__MASK_ALL;
+  watch->inotify_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  int rc = watch->inotify_fd < 0 ? -errno : 0;
+  if (rc == 0 && inotify_add_watch(watch->inotify_fd, path, mask) < 0)
+    rc = -errno;  // libuv's error codes are negated errno values
+  if (rc == 0)
+    rc = uv_poll_init(&w->loop, &watch->poll, watch->inotify_fd);
   if (rc != 0) {
     // A handle whose init failed is not registered with the loop.
+    if (watch->inotify_fd >= 0)
+      close(watch->inotify_fd);
     free(watch->path);
     free(watch);
     *uv_error = rc;
     return GS_EUV;
   }
-  watch->event.data = watch;
-  rc = uv_fs_event_start(&watch->event, gs__on_fs_event, path, 0);
+  watch->poll.data = watch;
+  rc = uv_poll_start(&watch->poll, UV_READABLE, gs__on_poll);
   if (rc == 0 && rescan_ms > 0) {
     rc = uv_timer_init(&w->loop, &watch->timer);
     if (rc == 0) {
@@ -309,8 +367,8 @@ static void gs__on_async(uv_async_t *async) {
     int rc;
     switch (cmd->kind) {
       case GS__CMD_ADD:
-        rc = gs__do_add(w, cmd->path, cmd->rescan_ms, &cmd->watch_id,
-                        &cmd->uv_error);
+        rc = gs__do_add(w, cmd->path, cmd->rescan_ms, cmd->flags,
+                        &cmd->watch_id, &cmd->uv_error);
         gs__complete(w, cmd, rc);
         break;
       case GS__CMD_REMOVE:
@@ -450,7 +508,8 @@ fail_mutex:
 }
 
 int gs_watcher_add(gs_watcher_t *watcher, const char *path,
-                   uint64_t rescan_ms, uint64_t *watch_id, int *uv_error) {
+                   uint64_t rescan_ms, unsigned flags, uint64_t *watch_id,
+                   int *uv_error) {
   if (watcher == NULL || path == NULL || watch_id == NULL || uv_error == NULL)
     return GS_EINVAL;
   *watch_id = 0;
@@ -459,9 +518,10 @@ int gs_watcher_add(gs_watcher_t *watcher, const char *path,
     // From the callback: waiting for the loop would deadlock, and we are it.
     if (gs__is_closing(watcher))
       return GS_ECLOSED;
-    return gs__do_add(watcher, path, rescan_ms, watch_id, uv_error);
+    return gs__do_add(watcher, path, rescan_ms, flags, watch_id, uv_error);
   }
-  gs__cmd_t cmd = {.kind = GS__CMD_ADD, .path = path, .rescan_ms = rescan_ms};
+  gs__cmd_t cmd = {.kind = GS__CMD_ADD, .path = path, .rescan_ms = rescan_ms,
+                   .flags = flags};
   int rc = gs__submit(watcher, &cmd);
   *watch_id = rc == GS_OK ? cmd.watch_id : 0;
   *uv_error = rc == GS_EUV ? cmd.uv_error : 0;

@@ -79,6 +79,11 @@ final class SafeDirectory: Sendable {
   /// Opens the regular file `name`, refusing anything else; never blocks
   /// (a FIFO is refused, not waited on).
   func openFile(_ name: String, _ flags: Int32, mode: mode_t = 0o644) throws -> FileDescriptor {
+    try openRegularFile(name, flags, mode: mode).file
+  }
+
+  /// ``openFile(_:_:mode:)``, also giving the `fstat(2)` it checked with.
+  func openRegularFile(_ name: String, _ flags: Int32, mode: mode_t = 0o644) throws -> (file: FileDescriptor, status: stat) {
     let filePath = path + "/" + name
     let fd = openat(descriptor.rawValue, name, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode)
     guard fd >= 0 else {
@@ -94,7 +99,7 @@ final class SafeDirectory: Sendable {
     guard UInt64(info.st_dev) == identity.device else {
       throw GroupSyncError.unsafeEntry(path: filePath, reason: "it is on another device")
     }
-    return file
+    return (file, info)
   }
 
   /// Calls `body` with the name of each entry (without `.` and `..`), as

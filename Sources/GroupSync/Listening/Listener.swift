@@ -69,6 +69,8 @@ public final class Listener: @unchecked Sendable {
 
   // Consumer-only state.
   private var nextSequence: Int64 = 0
+  /// Swapped with `Shared.hintedSequences` so that neither is copied.
+  private var spareHints: [Int64] = []
   private var folders: Folders
   /// Change sets in the inbox, within `window` of `nextSequence`; later
   /// ones are only noted, so memory stays bounded whatever the backlog.
@@ -213,9 +215,12 @@ public final class Listener: @unchecked Sendable {
 
   /// Watches the inbox through the descriptor the listener holds, so that
   /// the watch is on that very folder, whatever its path became.
+  /// Only arrivals wake the watcher: the listener's own removals and a
+  /// writer's links into other inboxes (link-count changes) do not.
   private func watchInbox(_ inbox: SafeDirectory) throws -> FolderWatcher.Watch {
     try FolderWatcher.shared.watch(
-      "/proc/self/fd/\(inbox.descriptor.rawValue)", rescanMilliseconds: UInt64(options.rescanInterval.milliseconds)
+      "/proc/self/fd/\(inbox.descriptor.rawValue)", rescanMilliseconds: UInt64(options.rescanInterval.milliseconds),
+      arrivalsOnly: true
     ) { [weak self] event in self?.handle(event) }
   }
 
@@ -281,7 +286,7 @@ public final class Listener: @unchecked Sendable {
   private func handle(_ event: FolderWatcher.Event) {
     switch event {
     case .entry(let fileName):
-      let sequence = GroupLayout.sequence(inFileName: Substring(fileName))
+      let sequence = GroupLayout.sequence(inFileNameBuffer: fileName)
       // Our own removals of delivered files come back as events: no wake-up.
       if let sequence, sequence < deliveredThrough.load(ordering: .relaxed) { return }
       signal { shared in
@@ -357,10 +362,12 @@ public final class Listener: @unchecked Sendable {
     defer { consuming.store(false, ordering: .releasing) }
     while true {
       if Task.isCancelled { return nil }
-      let (hints, rescan, storeCheck, inProcess, overflowed, closed) = shared.withLock {
-        shared -> ([Int64], Bool, Bool, ChangeSet?, Bool, Bool) in
+      var hints: [Int64] = []
+      swap(&hints, &spareHints)
+      let (rescan, storeCheck, inProcess, overflowed, closed) = shared.withLock {
+        shared -> (Bool, Bool, ChangeSet?, Bool, Bool) in
+        swap(&hints, &shared.hintedSequences)
         defer {
-          shared.hintedSequences.removeAll(keepingCapacity: true)
           shared.rescanRequested = false
           shared.storeCheckRequested = false
           shared.inProcessOverflowed = false
@@ -374,9 +381,12 @@ public final class Listener: @unchecked Sendable {
           shared.inProcessRows = shared.inProcess.values.reduce(0) { $0 + $1.rowCount + 1 }
         }
         return (
-          shared.hintedSequences, shared.rescanRequested, shared.storeCheckRequested, inProcess,
-          shared.inProcessOverflowed, shared.closed
+          shared.rescanRequested, shared.storeCheckRequested, inProcess, shared.inProcessOverflowed, shared.closed
         )
+      }
+      defer {
+        hints.removeAll(keepingCapacity: true)
+        spareHints = hints
       }
       if closed { return nil }
       acknowledgeAutomatically()
@@ -645,9 +655,10 @@ public final class Listener: @unchecked Sendable {
     inboxSequences.remove(sequence)
     defer { inbox.remove(fileName) }
     let file: FileDescriptor
+    let info: stat
     do {
       // No symlink followed, no FIFO waited on, nothing but a regular file.
-      file = try inbox.openFile(fileName, O_RDONLY)
+      (file, info) = try inbox.openRegularFile(fileName, O_RDONLY)
     } catch GroupSyncError.system(_, _, ENOENT) {
       return nil
     } catch {
@@ -655,7 +666,6 @@ public final class Listener: @unchecked Sendable {
     }
     let changeSet: ChangeSet
     do {
-      let info = try file.status(path: inbox.path + "/" + fileName)
       guard info.st_size <= options.maximumFileSize else {
         return .failure("\(fileName) is \(info.st_size) bytes, over the \(options.maximumFileSize)-byte maximum")
       }
