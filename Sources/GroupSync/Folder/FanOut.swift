@@ -137,9 +137,9 @@ final class FanOut: Sendable {
     var now = timespec()
     clock_gettime(CLOCK_REALTIME, &now)
     let recent = info.st_mtim.tv_sec + 2 >= now.tv_sec || info.st_ctim.tv_sec + 2 >= now.tv_sec
-    if recent || folders.listedChange.map({ !Self.same($0.mtime, change.mtime) || !Self.same($0.ctime, change.ctime) })
-      ?? true
-    {
+    let relist = recent
+      || folders.listedChange.map({ !Self.same($0.mtime, change.mtime) || !Self.same($0.ctime, change.ctime) }) ?? true
+    if relist {
       var names = Set<String>()
       try listeners.forEachEntry { bytes in
         if let name = String(validating: bytes, as: UTF8.self), GroupLayout.isValidListenerName(name) {
@@ -153,7 +153,9 @@ final class FanOut: Sendable {
     var live: [(name: String, inbox: SafeDirectory)] = []
     for name in folders.targets.keys.sorted() where !localNames.contains(name) {
       guard var target = folders.targets[name] else { continue }
-      if let folder = target.folder, !folder.isStill(name, in: listeners) { target = Target() }
+      // An entry of listeners/ replaced or moved changes its times: while
+      // they stand still, the folders held are still its entries.
+      if relist, let folder = target.folder, !folder.isStill(name, in: listeners) { target = Target() }
       if target.folder == nil { target.folder = try? listeners.child(name, create: false) }
       guard let folder = target.folder else {
         folders.targets[name] = target

@@ -79,7 +79,14 @@ final class SafeDirectory: Sendable {
   /// Opens the regular file `name`, refusing anything else; never blocks
   /// (a FIFO is refused, not waited on).
   func openFile(_ name: String, _ flags: Int32, mode: mode_t = 0o644) throws -> FileDescriptor {
-    try openRegularFile(name, flags, mode: mode).file
+    if flags & (O_CREAT | O_EXCL) == O_CREAT | O_EXCL {
+      // O_EXCL (with O_NOFOLLOW) fails on any existing entry: what opens is
+      // a regular file this call made in this folder; no fstat to check it.
+      let fd = openat(descriptor.rawValue, name, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode)
+      guard fd >= 0 else { throw GroupSyncError.system(call: "openat", path: path + "/" + name, errno: errno) }
+      return FileDescriptor(adopting: fd)
+    }
+    return try openRegularFile(name, flags, mode: mode).file
   }
 
   /// ``openFile(_:_:mode:)``, also giving the `fstat(2)` it checked with.
