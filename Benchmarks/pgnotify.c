@@ -3,15 +3,15 @@
 //
 // One writer (this process) and N listener processes (forked), each with a
 // connection of its own over the server's unix socket. Per message the
-// writer runs BEGIN and NOTIFY, stamps CLOCK_REALTIME and sends COMMIT (the
-// server delivers notifications at commit; GroupSync stamps right after its
-// COMMIT returned, so this stamp is the earlier, kinder one for PostgreSQL).
-// Each listener blocks in poll(2) on its socket, reads the notification
+// writer runs BEGIN, NOTIFY and COMMIT, and stamps CLOCK_REALTIME when
+// COMMIT returned, as GroupSync's benchmark stamps its writer's COMMIT
+// returning. (The server signals listeners while it commits, so a listener
+// may be woken before the writer's COMMIT returns.) Each listener blocks in poll(2) on its socket, reads the notification
 // (PQconsumeInput, PQnotifies) and stamps CLOCK_REALTIME.
 //
 // Output, one JSON object on stdout, as floor.c prints: per message the
 // latency at the last listener (max over listeners of delivered -
-// committed), the writer's COMMIT round trip, and the listeners' CPU time
+// committed), the writer's COMMIT round trip (publishNs), and the listeners' CPU time
 // (getrusage) summed over listeners.
 //
 // Build: cc -O2 -I/usr/include/postgresql -o pgnotify pgnotify.c -lpq
@@ -164,8 +164,8 @@ int main(int argc, char **argv) {
     snprintf(sql, sizeof sql, "NOTIFY bench, '%ld'", seq);
     command(writer, sql);
     int64_t start = now_ns(CLOCK_MONOTONIC);
-    committed[seq] = now_ns(CLOCK_REALTIME);
     command(writer, "COMMIT");
+    committed[seq] = now_ns(CLOCK_REALTIME);
     commit_ns[seq] = now_ns(CLOCK_MONOTONIC) - start;
   }
   PQfinish(writer);

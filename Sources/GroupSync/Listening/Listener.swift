@@ -287,7 +287,7 @@ public final class Listener: @unchecked Sendable {
     switch event {
     case .entry(let fileName):
       let sequence = GroupLayout.sequence(inFileNameBuffer: fileName)
-      // Our own removals of delivered files come back as events: no wake-up.
+      // A file already read (found by a listing before its event came): no wake-up.
       if let sequence, sequence < deliveredThrough.load(ordering: .relaxed) { return }
       signal { shared in
         // Hints pile up only while nobody consumes; past a bound a rescan
