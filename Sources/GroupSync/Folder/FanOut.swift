@@ -25,6 +25,8 @@ final class FanOut: Sendable {
     var tmp: SafeDirectory?
     /// The last listing of `listeners/`, and the folder's times then.
     var targets: [String: Target] = [:]
+    /// The names of `targets` in delivery order, sorted when listed.
+    var names: [String] = []
     var listedChange: (mtime: timespec, ctime: timespec)?
     var lastTmpSweep: ContinuousClock.Instant?
   }
@@ -104,6 +106,7 @@ final class FanOut: Sendable {
     if let listeners = folders.listeners, listeners.isStill(GroupLayout.listenersFolder, in: root) { return listeners }
     folders.listeners = nil
     folders.targets = [:]
+    folders.names = []
     folders.listedChange = nil
     let listeners = try root.child(GroupLayout.listenersFolder, create: true)
     folders.listeners = listeners
@@ -148,10 +151,11 @@ final class FanOut: Sendable {
       }
       folders.targets = folders.targets.filter { names.contains($0.key) }
       for name in names where folders.targets[name] == nil { folders.targets[name] = Target() }
+      folders.names = names.sorted()
       folders.listedChange = change
     }
     var live: [(name: String, inbox: SafeDirectory)] = []
-    for name in folders.targets.keys.sorted() where !localNames.contains(name) {
+    for name in folders.names where !localNames.contains(name) {
       guard var target = folders.targets[name] else { continue }
       // An entry of listeners/ replaced or moved changes its times: while
       // they stand still, the folders held are still its entries.

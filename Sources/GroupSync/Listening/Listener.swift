@@ -56,7 +56,10 @@ public final class Listener: @unchecked Sendable {
     var inProcess: [Int64: ChangeSet] = [:]
     var inProcessRows = 0
     var inProcessOverflowed = false
-    var waiter: CheckedContinuation<Void, Never>?
+    /// Unsafe, not checked: it is taken out under the mutex before it is
+    /// resumed, so exactly once, and a checked one costs an allocation per
+    /// wait on the delivery path.
+    var waiter: UnsafeContinuation<Void, Never>?
     var signaled = false
     var closed = false
     var watch: FolderWatcher.Watch?
@@ -241,7 +244,7 @@ public final class Listener: @unchecked Sendable {
   /// consumer, whose iteration ends. Safe to call from any thread, any
   /// number of times.
   public func close() {
-    let (waiter, watch, first): (CheckedContinuation<Void, Never>?, FolderWatcher.Watch?, Bool) = shared.withLock {
+    let (waiter, watch, first): (UnsafeContinuation<Void, Never>?, FolderWatcher.Watch?, Bool) = shared.withLock {
       shared in
       guard !shared.closed else { return (nil, nil, false) }
       shared.closed = true
@@ -324,7 +327,7 @@ public final class Listener: @unchecked Sendable {
   }
 
   private func signal(_ update: (inout Shared) -> Void = { _ in }) {
-    let waiter: CheckedContinuation<Void, Never>? = shared.withLock {
+    let waiter: UnsafeContinuation<Void, Never>? = shared.withLock {
       update(&$0)
       guard let waiter = $0.waiter else {
         $0.signaled = true
@@ -338,7 +341,7 @@ public final class Listener: @unchecked Sendable {
 
   private func waitForSignal() async {
     await withTaskCancellationHandler {
-      await withCheckedContinuation { continuation in
+      await withUnsafeContinuation { continuation in
         let resumeNow = shared.withLock {
           if $0.signaled || $0.closed || Task.isCancelled {
             $0.signaled = false
