@@ -3,10 +3,12 @@
 //
 // One writer (this process) and N listener processes (forked), each with a
 // connection of its own over the server's unix socket. Per message the
-// writer runs BEGIN, NOTIFY and COMMIT, and stamps CLOCK_REALTIME when
-// COMMIT returned, as GroupSync's benchmark stamps its writer's COMMIT
-// returning. (The server signals listeners while it commits, so a listener
-// may be woken before the writer's COMMIT returns.) Each listener blocks in poll(2) on its socket, reads the notification
+// writer runs BEGIN and NOTIFY, stamps CLOCK_REALTIME and sends COMMIT:
+// the server signals listeners while it commits, before the writer's
+// COMMIT returns, so the stamp is taken when the writer asks to commit (the
+// benchmark compares GroupSync from the same point: its change set's
+// committedAt, stamped inside the transaction before its COMMIT). Each
+// listener blocks in poll(2) on its socket, reads the notification
 // (PQconsumeInput, PQnotifies) and stamps CLOCK_REALTIME.
 //
 // Output, one JSON object on stdout, as floor.c prints: per message the
@@ -164,8 +166,8 @@ int main(int argc, char **argv) {
     snprintf(sql, sizeof sql, "NOTIFY bench, '%ld'", seq);
     command(writer, sql);
     int64_t start = now_ns(CLOCK_MONOTONIC);
-    command(writer, "COMMIT");
     committed[seq] = now_ns(CLOCK_REALTIME);
+    command(writer, "COMMIT");
     commit_ns[seq] = now_ns(CLOCK_MONOTONIC) - start;
   }
   PQfinish(writer);

@@ -528,8 +528,9 @@ final class BenchRunner {
   // MARK: 2b. Peers: PostgreSQL LISTEN/NOTIFY
 
   /// GroupSync and PostgreSQL LISTEN/NOTIFY on the sparse stream, to the
-  /// last of N listener processes, in alternating blocks: commit returned
-  /// (GroupSync) or COMMIT sent (PostgreSQL, see pgnotify.c) -> received.
+  /// last of N listener processes, in alternating blocks, from the writer
+  /// asking to commit to received, each side's COMMIT included: PostgreSQL
+  /// signals its listeners before its COMMIT returns (see pgnotify.c).
   private func peers() throws {
     guard let pgnotify = options.pgnotify, let conninfo = options.postgresConninfo else {
       results.notes.append("peers: PostgreSQL not measured (make bench-peers starts a server; --pgnotify, --postgres-conninfo)")
@@ -558,7 +559,8 @@ final class BenchRunner {
             next += Int64(interval) * 1000
             BenchClock.sleep(untilMonotonic: next)
             let commit = try writer.commit(rows: 1, .insert)
-            committed[commit.sequence] = commit.committedAt
+            // From the writer asking to commit, as pgnotify stamps.
+            committed[commit.sequence] = commit.commitRequestedAt
           }
           let reports = try collect(listeners, until: committed.keys.max()!)
           group += Self.lastListenerLatencies(committed: committed, reports: reports).0

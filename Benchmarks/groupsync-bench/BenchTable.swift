@@ -37,7 +37,8 @@ enum BenchTable {
       line()
       line("2b. Peers: PostgreSQL LISTEN/NOTIFY (Benchmarks/pgnotify.c, libpq, a throw-away server on a unix socket),")
       line("    sparse stream, to the last of N listener processes, in \(r.settings.rounds) alternating blocks with GroupSync;")
-      line("    both stamped when the writer's COMMIT returned (PostgreSQL signals its listeners while it commits).")
+      line("    from the writer asking to commit (GroupSync: the change set's committedAt, before the history row and COMMIT;")
+      line("    PostgreSQL: before COMMIT is sent, since it signals its listeners before COMMIT returns) to the last listener.")
       row([("N", 4), ("stream", 8), ("n", 6), ("GroupSync", 22), ("PostgreSQL NOTIFY", 22), ("p50 ratio", 10), ("p99 ratio", 10), ("CPU/msg GS/PG", 16)])
       for p in peers.rows {
         row([(String(p.listeners), 4), (p.stream, 8), (String(p.groupsync.n), 6), (p.groupsync.text, 22), (p.postgres?.text ?? "-", 22),

@@ -157,9 +157,11 @@ final class BenchGroupWriter {
   /// One transaction: its wall time (ns), sequence, commit time
   /// (CLOCK_REALTIME, stamped when GRDB saw COMMIT return), the
   /// rowid of its last row, and how long `write` ran after COMMIT returned
-  /// (building the change set and publishing it), in ns.
+  /// (building the change set and publishing it), in ns; and the change
+  /// set's own stamp, taken inside the transaction before COMMIT.
   func commit(rows: Int, _ operation: BenchWorkload.Operation) throws
-    -> (duration: Int64, sequence: Int64, committedAt: Int64, lastRowID: Int64, afterCommit: Int64)
+    -> (duration: Int64, sequence: Int64, committedAt: Int64, lastRowID: Int64, afterCommit: Int64,
+        commitRequestedAt: Int64)
   {
     let statement = try grdbStatements ? nil : self.statement(operation)
     let committed = BenchBox<Int64>(0)
@@ -184,7 +186,8 @@ final class BenchGroupWriter {
     let endRealtime = BenchClock.realtime()
     guard let changeSet else { throw BenchError("a benchmark transaction produced no change set") }
     let committedAt = committed.withLock { $0 }
-    return (end - start, changeSet.sequence, committedAt, lastRowID, endRealtime - committedAt)
+    return (end - start, changeSet.sequence, committedAt, lastRowID, endRealtime - committedAt,
+            changeSet.committedAtNanoseconds)
   }
 
   private func statement(_ operation: BenchWorkload.Operation) throws -> BenchStatement {
