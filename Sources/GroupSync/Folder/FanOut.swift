@@ -13,7 +13,9 @@ import Glibc
 /// in memory instead: a process never reads its own change sets back from
 /// disk. Every folder is reached through descriptors opened without
 /// following symlinks (``SafeDirectory``) and checked again before each
-/// delivery, so a folder replaced or moved away is never written into.
+/// delivery (a listener's folder through the times of `listeners/`, which
+/// replacing or moving it changes), so a folder replaced or moved away is
+/// never written into.
 final class FanOut: Sendable {
   private let root: SafeDirectory
   private let rootPath: String
