@@ -465,6 +465,61 @@ static void test_arrivals(void) {
   ctx_free(c);
 }
 
+// Two watches of one folder share its inotify watch, each with its own
+// mask; removing one leaves the other working. And a watcher takes one
+// inotify instance however many folders it watches (instances are limited
+// per user, 128 by default).
+static void test_shared_folder_and_many_folders(void) {
+  char dir[256], a[256];
+  make_dir(dir, sizeof(dir), "shared");
+  make_path(a, sizeof(a), dir, "a.txt");
+  ctx_t *c = ctx_new();
+  gs_watcher_t *w = watcher_new(c);
+  uint64_t all = 0, arrivals = 0;
+  int err = 0;
+  CHECK(gs_watcher_add(w, dir, 0, 0, &all, &err) == GS_OK, "add all");
+  CHECK(gs_watcher_add(w, dir, 0, GS_WATCH_ARRIVALS, &arrivals, &err) == GS_OK,
+        "add arrivals");
+  write_file(dir, "a.txt");
+  CHECK(wait_rec(c, all, "a.txt", GS_EVENT_RENAME), "all: no create");
+  CHECK(wait_rec(c, arrivals, "a.txt", GS_EVENT_RENAME), "arrivals: no create");
+  ctx_clear(c);
+  unsigned long before = atomic_load(&c->calls[arrivals]);
+  MUST(unlink(a) == 0);
+  CHECK(wait_rec(c, all, "a.txt", GS_EVENT_RENAME), "all: no unlink");
+  write_file(dir, "b.txt");
+  CHECK(wait_rec(c, arrivals, "b.txt", GS_EVENT_RENAME), "arrivals: no b.txt");
+  CHECK(atomic_load(&c->calls[arrivals]) == before + 1,
+        "the arrivals watch got the other watch's events");
+  CHECK(gs_watcher_remove(w, all) == GS_OK, "remove all");
+  atomic_store(&c->removed[all], 1);
+  write_file(dir, "c.txt");
+  CHECK(wait_rec(c, arrivals, "c.txt", GS_EVENT_RENAME),
+        "arrivals: nothing after the other watch went");
+
+  // More folders than inotify instances a user may have.
+  int instances = 128;
+  FILE *limit = fopen("/proc/sys/fs/inotify/max_user_instances", "r");
+  if (limit != NULL) {
+    if (fscanf(limit, "%d", &instances) != 1) instances = 128;
+    fclose(limit);
+  }
+  int count = instances + 8 < MAX_IDS - 16 ? instances + 8 : MAX_IDS - 16;
+  char last[256] = "";
+  uint64_t last_id = 0;
+  for (int i = 0; i < count; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "folder-%d", i);
+    make_dir(last, sizeof(last), name);
+    CHECK(gs_watcher_add(w, last, 0, GS_WATCH_ARRIVALS, &last_id, &err) == GS_OK,
+          "watch %d of %d: uv %d", i + 1, count, err);
+  }
+  write_file(last, "z.txt");
+  CHECK(wait_rec(c, last_id, "z.txt", GS_EVENT_RENAME), "no event in the last folder");
+  gs_watcher_close(w);  // with every watch still registered
+  ctx_free(c);
+}
+
 static void test_rescan(void) {
   char dir[256];
   make_dir(dir, sizeof(dir), "rescan");
@@ -934,6 +989,7 @@ int main(void) {
       {"errors", test_errors},
       {"events", test_events},
       {"arrivals", test_arrivals},
+      {"shared_folder_and_many_folders", test_shared_folder_and_many_folders},
       {"rescan", test_rescan},
       {"rescan_skips_settled_folder", test_rescan_skips_settled_folder},
       {"missing", test_missing},
