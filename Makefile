@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CONFIG ?= debug
 BIN = .build/$(CONFIG)/groupsync
 
-.PHONY: help deps build test test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick bench-tools clean
+.PHONY: help deps build test test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick bench-peers bench-tools pg-start clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -109,10 +109,33 @@ bench-tools:
 	@mkdir -p bench/out
 	cc -O2 -Wall -Wextra -o bench/out/floor Benchmarks/floor.c
 
-bench: deps bench-tools ## Benchmarks vs the floor, polling, raw SQLite and plain GRDB (< 10 min): table, bench/results.json
+# The PostgreSQL peer: a throw-away server (Benchmarks/postgres.sh: Debian's
+# packages installed if missing, initdb in bench/out/pg, a unix socket there
+# and no TCP, run as the user postgres), stopped and removed afterwards.
+PG_FOLDER = $(CURDIR)/bench/out/pg
+PG_PORT ?= 54329
+PG_CONNINFO = host=$(PG_FOLDER) port=$(PG_PORT) user=postgres dbname=postgres
+PGNOTIFY_CC = cc -O2 -Wall -Wextra -I/usr/include/postgresql -o bench/out/pgnotify Benchmarks/pgnotify.c -lpq
+pg-start:
+	Benchmarks/postgres.sh start $(PG_FOLDER) $(PG_PORT)
+	$(PGNOTIFY_CC)
+
+# Without a PostgreSQL server (no root, no apt), `make bench` runs the rest
+# and notes that the peers phase was skipped.
+bench: deps bench-tools ## Benchmarks vs the floor, PostgreSQL NOTIFY, polling, raw SQLite and plain GRDB (< 12 min): bench/results.json
 	cc -O2 -Wall -Wextra -shared -fPIC -o bench/out/vgshim.so Benchmarks/vgshim.c
+	@if Benchmarks/postgres.sh start $(PG_FOLDER) $(PG_PORT) && $(PGNOTIFY_CC); then \
+	  set -- --pgnotify bench/out/pgnotify --postgres-conninfo "$(PG_CONNINFO)"; \
+	else echo "bench: no PostgreSQL server: the peers phase is skipped"; set --; fi; \
 	$(BENCH) run --floor bench/out/floor --valgrind-shim bench/out/vgshim.so \
-	  --work-folder bench/out --output bench/results.json
+	  --work-folder bench/out --output bench/results.json "$$@"; \
+	status=$$?; Benchmarks/postgres.sh stop $(PG_FOLDER); exit $$status
+
+bench-peers: deps bench-tools pg-start ## GroupSync beside PostgreSQL LISTEN/NOTIFY, data_version polling and inotify on -wal (N=1,4,16; ~2 min)
+	$(BENCH) run --phases peers,polling --listener-counts 1,4,16 --floor bench/out/floor \
+	  --work-folder bench/out --output bench/results-peers.json \
+	  --pgnotify bench/out/pgnotify --postgres-conninfo "$(PG_CONNINFO)"; \
+	  status=$$?; Benchmarks/postgres.sh stop $(PG_FOLDER); exit $$status
 
 bench-quick: deps bench-tools ## The same benchmarks with fewer samples (< 1 min): bench/results-quick.json
 	$(BENCH) run --quick --floor bench/out/floor --work-folder bench/out \

@@ -26,6 +26,12 @@
 // and resumed afterwards, to measure the writer's cost per watcher without
 // the watchers competing for the CPUs (latencies are then meaningless).
 //
+// --sustained SECONDS --window W: the floor's sustained rate, measured as
+// the benchmark measures GroupSync's: the writer publishes back to back for
+// SECONDS but never runs more than W messages ahead of the slowest watcher
+// (no backlog growth); --count is then an upper bound. Prints
+// {"sustained":true,"messages":M,"seconds":S,"messagesPerSecond":R,"maxBacklog":B}.
+//
 // The watched folders are DIR/w0, DIR/w1, ...; files are written in TMPDIR
 // (default DIR/tmp). On ext4 the cost of creating a file depends on the
 // block group of its folder, so the benchmark passes the group folder's own
@@ -70,7 +76,8 @@ static void message_name(char *out, size_t size, long seq) {
 
 // A watcher: woken by inotify, reads and removes each file, stamps the time.
 static void watcher_main(const char *folder, int index, long total,
-                         int64_t *delivered, int64_t *cpu_ns, int ready_fd) {
+                         int64_t *delivered, int64_t *cpu_ns,
+                         volatile int64_t *progress, int ready_fd) {
   int fd = inotify_init1(IN_CLOEXEC);
   if (fd < 0) die("inotify_init1");
   if (inotify_add_watch(fd, folder, IN_CREATE | IN_MOVED_TO) < 0)
@@ -114,6 +121,7 @@ static void watcher_main(const char *folder, int index, long total,
       if (seq >= 0 && seq < total) {
         delivered[seq] = now_ns(CLOCK_REALTIME);
         seen++;
+        __atomic_store_n(progress, seen, __ATOMIC_RELEASE);
       }
     }
   }
@@ -142,7 +150,8 @@ int main(int argc, char **argv) {
   const char *dir = NULL;
   const char *tmp = NULL;
   int watchers = 0;
-  long count = 0, warmup = 20, interval_us = 0;
+  long count = 0, warmup = 20, interval_us = 0, window = 64;
+  double sustained = 0;
   int rename_mode = 0, stopped = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--stopped") == 0) {
@@ -157,6 +166,8 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--count") == 0) count = atol(value);
     else if (strcmp(argv[i], "--warmup") == 0) warmup = atol(value);
     else if (strcmp(argv[i], "--interval-us") == 0) interval_us = atol(value);
+    else if (strcmp(argv[i], "--sustained") == 0) sustained = atof(value);
+    else if (strcmp(argv[i], "--window") == 0) window = atol(value);
     else if (strcmp(argv[i], "--mode") == 0) {
       if (strcmp(value, "rename") == 0) rename_mode = 1;
       else if (strcmp(value, "link") != 0) usage();
@@ -180,7 +191,8 @@ int main(int argc, char **argv) {
 
   // delivered[w * total + seq], written by watcher w, read after it exited;
   // then one CPU time per watcher.
-  size_t bytes = ((size_t)watchers * total + watchers) * sizeof(int64_t);
+  // Then each watcher's count of messages seen (--sustained).
+  size_t bytes = ((size_t)watchers * total + 2 * watchers) * sizeof(int64_t);
   int64_t *delivered = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (delivered == MAP_FAILED) die("mmap");
@@ -199,7 +211,9 @@ int main(int argc, char **argv) {
     if (pids[w] == 0) {
       close(ready[0]);
       watcher_main(path, w, total, delivered + (size_t)w * total,
-                   delivered + (size_t)watchers * total + w, ready[1]);
+                   delivered + (size_t)watchers * total + w,
+                   delivered + (size_t)watchers * total + watchers + w,
+                   ready[1]);
     }
   }
   close(ready[1]);
@@ -219,7 +233,34 @@ int main(int argc, char **argv) {
   char content[FILE_SIZE + 1];
   struct timespec next;
   clock_gettime(CLOCK_MONOTONIC, &next);
+  volatile int64_t *progress = delivered + (size_t)watchers * total + watchers;
+  int64_t sustained_start = 0, sustained_end = 0;
+  long sustained_first = -1, max_backlog = 0, published_count = total;
   for (long seq = 0; seq < total; seq++) {
+    if (sustained > 0 && seq >= warmup) {
+      // Hold the backlog under the window, as the benchmark's writer does.
+      int64_t now = now_ns(CLOCK_MONOTONIC);
+      if (sustained_first < 0) {
+        sustained_first = seq;
+        sustained_start = now;
+        sustained_end = now + (int64_t)(sustained * 1e9);
+      }
+      if (now >= sustained_end) {
+        published_count = seq;
+        break;
+      }
+      for (;;) {
+        long slowest = LONG_MAX;
+        for (int w = 0; w < watchers; w++) {
+          long seen = (long)__atomic_load_n(&progress[w], __ATOMIC_ACQUIRE);
+          if (seen < slowest) slowest = seen;
+        }
+        long backlog = seq - slowest;
+        if (backlog > max_backlog) max_backlog = backlog;
+        if (backlog < window) break;
+        usleep(20);
+      }
+    }
     if (interval_us > 0) {
       next.tv_nsec += interval_us * 1000;
       while (next.tv_nsec >= 1000000000) {
@@ -255,6 +296,38 @@ int main(int argc, char **argv) {
 
   if (stopped)
     for (int w = 0; w < watchers; w++) kill(pids[w], SIGCONT);
+
+  if (sustained > 0) {
+    // Wait for every watcher to see the last message, then stop them.
+    int64_t wait_until = now_ns(CLOCK_MONOTONIC) + 60 * 1000000000LL;
+    for (int w = 0; w < watchers; w++)
+      while (__atomic_load_n(&progress[w], __ATOMIC_ACQUIRE) < published_count &&
+             now_ns(CLOCK_MONOTONIC) < wait_until)
+        usleep(20);
+    double seconds = (now_ns(CLOCK_MONOTONIC) - sustained_start) / 1e9;
+    long messages = published_count - (sustained_first < 0 ? published_count : sustained_first);
+    for (int w = 0; w < watchers; w++) {
+      kill(pids[w], SIGKILL);
+      waitpid(pids[w], NULL, 0);
+    }
+    for (long seq = 0; seq < published_count; seq++) {
+      message_name(name, sizeof name, seq);
+      for (int w = 0; w < watchers; w++) {
+        snprintf(target, sizeof target, "%s/w%d/%s", dir, w, name);
+        unlink(target);  // left by a watcher killed mid-way, if any
+      }
+    }
+    printf("{\"sustained\":true,\"watchers\":%d,\"window\":%ld,\"messages\":%ld,"
+           "\"seconds\":%.6f,\"messagesPerSecond\":%.1f,\"maxBacklog\":%ld}\n",
+           watchers, window, messages, seconds, messages / seconds, max_backlog);
+    for (int w = 0; w < watchers; w++) {
+      snprintf(path, sizeof path, "%s/w%d", dir, w);
+      rmdir(path);
+    }
+    if (!tmp) rmdir(own_tmp);
+    rmdir(dir);
+    return 0;
+  }
 
   // Watchers exit once they saw every message; give up after a minute.
   int64_t deadline = now_ns(CLOCK_MONOTONIC) + 60 * 1000000000LL;

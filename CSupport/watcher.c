@@ -9,8 +9,22 @@
 // loop thread itself) add and remove run directly instead, since waiting
 // for ourselves would deadlock.
 //
-// Lifetime: a watch is freed in the close callback of its last handle, the
-// watcher after its thread was joined and the loop closed.
+// The watcher has one inotify instance, as libuv's uv_fs_event has one per
+// loop (instances are limited per user, 128 by default), polled by the
+// loop (uv_poll) rather than through uv_fs_event: each watch chooses its
+// event mask (a listener asks only for entries that appear, so its own
+// removals and a writer's further links do not wake the thread), a wake-up
+// costs one read, and IN_Q_OVERFLOW, which libuv drops, is passed on to
+// every watch as a rescan. Watches of the same folder share its inotify
+// watch descriptor, with the union of their masks (IN_MASK_ADD); each gets
+// only the events of its own mask.
+//
+// Lifetime: a watch is freed in the close callback of its timer handle
+// (every watch has one, started only with a rescan interval), so that a
+// watch removed from a callback stays readable until the event loop is
+// done with the batch it came from; the watcher after its thread was
+// joined and the loop closed; the inotify descriptor in the close callback
+// of its poll handle.
 
 
 #include "CGroupSync.h"
@@ -21,8 +35,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <uv.h>
 
 typedef enum {
@@ -38,6 +55,7 @@ struct gs__cmd_s {
   gs__cmd_kind kind;
   const char *path;    // add
   uint64_t rescan_ms;  // add
+  unsigned flags;      // add
   uint64_t watch_id;   // add: out; remove: in
   int uv_error;        // add: out
   int result;
@@ -49,9 +67,9 @@ struct gs__watch_s {
   gs__watch_t *next;  // in watcher->watches while registered
   gs_watcher_t *watcher;
   uint64_t id;
-  uv_fs_event_t event;
+  int wd;         // the inotify watch descriptor (shared by the same folder)
+  uint32_t mask;  // the events this watch reports
   uv_timer_t timer;
-  int has_timer;
   // The folder, and what it looked like at the last rescan passed on: a
   // folder that has not changed since costs a stat, not a Swift rescan.
   char *path;
@@ -59,14 +77,15 @@ struct gs__watch_s {
   // Set as soon as removal starts, so events libuv already has in hand are
   // dropped rather than delivered after remove returned.
   int removed;
-  int closing;            // handles whose close callback is still due
-  gs__cmd_t *remove_cmd;  // completed once `closing` drops to 0
+  gs__cmd_t *remove_cmd;  // completed in the timer's close callback
 };
 
 struct gs_watcher_s {
   // Loop thread only (or before the thread starts / after it was joined).
   uv_loop_t loop;
   uv_async_t async;
+  int inotify_fd;  // -1 until the first watch, and once closed
+  uv_poll_t inotify_poll;
   gs__watch_t *watches;
   uint64_t next_id;
   gs_watch_cb callback;
@@ -141,22 +160,73 @@ static void gs__complete(gs_watcher_t *w, gs__cmd_t *cmd, int result) {
 
 // MARK: Loop thread
 
-static void gs__on_fs_event(uv_fs_event_t *handle, const char *filename,
-                            int events, int status) {
-  gs__watch_t *watch = handle->data;
-  if (watch->removed)
-    return;
-  int gs_events = 0;
-  if (status < 0) {
-    gs_events = GS_EVENT_ERROR;
-  } else {
-    if (events & UV_RENAME)
-      gs_events |= GS_EVENT_RENAME;
-    if (events & UV_CHANGE)
-      gs_events |= GS_EVENT_CHANGE;
+// What libuv's uv_fs_event watches, for watches without GS_WATCH_ARRIVALS.
+#define GS__MASK_ALL                                                     \
+  (IN_ATTRIB | IN_CREATE | IN_MODIFY | IN_DELETE | IN_DELETE_SELF |      \
+   IN_MOVE_SELF | IN_MOVED_FROM | IN_MOVED_TO)
+// Entries that appear, and the folder itself going away.
+#define GS__MASK_ARRIVALS \
+  (IN_CREATE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF)
+
+// Calls back every registered watch of `wd` (every watch for wd -1) whose
+// mask has one of `mask`'s bits. A callback may add or remove watches: the
+// next one is read first, and a removed one (still in memory until its
+// close callback, which runs after this batch) is skipped.
+static void gs__dispatch(gs_watcher_t *w, int wd, uint32_t mask,
+                         const char *name, int gs_events, int status) {
+  gs__watch_t *next = NULL;
+  for (gs__watch_t *watch = w->watches; watch != NULL; watch = next) {
+    next = watch->next;
+    if (watch->removed || (wd != -1 && watch->wd != wd))
+      continue;
+    if (wd != -1 && (mask & (watch->mask | IN_IGNORED)) == 0)
+      continue;
+    w->callback(w->context, watch->id, name, gs_events, status);
   }
-  gs_watcher_t *w = watch->watcher;
-  w->callback(w->context, watch->id, filename, gs_events, status);
+}
+
+static void gs__on_poll(uv_poll_t *handle, int status, int events) {
+  gs_watcher_t *w = handle->data;
+  (void)events;
+  if (status < 0) {
+    gs__dispatch(w, -1, 0, NULL, GS_EVENT_ERROR, status);
+    return;
+  }
+  // One read a wake-up: epoll is level-triggered, so what does not fit
+  // wakes the loop again at once.
+  char buffer[16 * 1024]
+      __attribute__((aligned(__alignof__(struct inotify_event))));
+  ssize_t n = read(w->inotify_fd, buffer, sizeof buffer);
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EINTR)
+      return;
+    gs__dispatch(w, -1, 0, NULL, GS_EVENT_ERROR, -errno);
+    return;
+  }
+  for (char *p = buffer; p < buffer + n;) {
+    const struct inotify_event *e = (const struct inotify_event *)p;
+    p += sizeof *e + e->len;
+    if (e->mask & IN_Q_OVERFLOW) {
+      // Events were lost, of any watch: every one must look.
+      gs__dispatch(w, -1, 0, NULL, GS_EVENT_RESCAN, 0);
+      continue;
+    }
+    if (e->mask & IN_IGNORED) {
+      // The folder is gone (or its watch was removed): its watches look.
+      gs__dispatch(w, e->wd, e->mask, NULL, GS_EVENT_RESCAN, 0);
+      continue;
+    }
+    int gs_events = 0;
+    if (e->mask & (IN_ATTRIB | IN_MODIFY))
+      gs_events |= GS_EVENT_CHANGE;
+    if (e->mask & ~(uint32_t)(IN_ATTRIB | IN_MODIFY))
+      gs_events |= GS_EVENT_RENAME;
+    // Events of the folder itself (deleted, moved) carry no name.
+    const char *name = e->len > 0 ? e->name : NULL;
+    if (name == NULL)
+      gs_events = GS_EVENT_RESCAN;
+    gs__dispatch(w, e->wd, e->mask, name, gs_events, 0);
+  }
 }
 
 static int gs__same_time(struct timespec a, struct timespec b) {
@@ -193,29 +263,64 @@ static void gs__on_timer(uv_timer_t *timer) {
 
 static void gs__on_watch_close(uv_handle_t *handle) {
   gs__watch_t *watch = handle->data;
-  if (--watch->closing > 0)
-    return;
-  // Both handles are closed: no callback of this watch can run any more.
+  // The watch is out of the list: no callback of it can run any more.
   if (watch->remove_cmd != NULL)
     gs__complete(watch->watcher, watch->remove_cmd, GS_OK);
   free(watch->path);
   free(watch);
 }
 
-// Closes the handles of a watch that is no longer in the list. `cmd`, if
-// any, is completed once both close callbacks ran.
-static void gs__close_watch(gs__watch_t *watch, gs__cmd_t *cmd) {
+// Closes a watch that is no longer in the list: its inotify watch goes
+// unless another watch of the same folder still uses it. `cmd`, if any, is
+// completed once the timer's close callback ran.
+static void gs__close_watch(gs_watcher_t *w, gs__watch_t *watch,
+                            gs__cmd_t *cmd) {
   watch->removed = 1;
   watch->remove_cmd = cmd;
-  watch->closing = watch->has_timer ? 2 : 1;
-  // uv_close stops the handle first: no event or timer callback after it.
-  uv_close((uv_handle_t *)&watch->event, gs__on_watch_close);
-  if (watch->has_timer)
-    uv_close((uv_handle_t *)&watch->timer, gs__on_watch_close);
+  int shared = 0;
+  for (gs__watch_t *other = w->watches; other != NULL; other = other->next)
+    shared |= other->wd == watch->wd;
+  // EINVAL when the kernel dropped it already (the folder is gone).
+  if (!shared && watch->wd >= 0)
+    (void)inotify_rm_watch(w->inotify_fd, watch->wd);
+  // uv_close stops the timer first: no timer callback after it.
+  uv_close((uv_handle_t *)&watch->timer, gs__on_watch_close);
+}
+
+static void gs__on_inotify_close(uv_handle_t *handle) {
+  gs_watcher_t *w = handle->data;
+  close(w->inotify_fd);
+  w->inotify_fd = -1;
+}
+
+// The watcher's inotify instance, made with its first watch.
+static int gs__start_inotify(gs_watcher_t *w) {
+  // Closing only after a failed start (until its close callback ran).
+  if (w->inotify_fd >= 0)
+    return uv_is_closing((uv_handle_t *)&w->inotify_poll) ? UV_EAGAIN : 0;
+  int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fd < 0)
+    return -errno;  // libuv's error codes are negated errno values
+  int rc = uv_poll_init(&w->loop, &w->inotify_poll, fd);
+  if (rc != 0) {
+    close(fd);  // a handle whose init failed is not registered
+    return rc;
+  }
+  w->inotify_fd = fd;
+  w->inotify_poll.data = w;
+  rc = uv_poll_start(&w->inotify_poll, UV_READABLE, gs__on_poll);
+  if (rc != 0)
+    uv_close((uv_handle_t *)&w->inotify_poll, gs__on_inotify_close);
+  return rc;
 }
 
 static int gs__do_add(gs_watcher_t *w, const char *path, uint64_t rescan_ms,
-                      uint64_t *watch_id, int *uv_error) {
+                      unsigned flags, uint64_t *watch_id, int *uv_error) {
+  int rc = gs__start_inotify(w);
+  if (rc != 0) {
+    *uv_error = rc;
+    return GS_EUV;
+  }
   gs__watch_t *watch = calloc(1, sizeof(*watch));
   if (watch == NULL)
     return GS_ENOMEM;
@@ -225,28 +330,35 @@ static int gs__do_add(gs_watcher_t *w, const char *path, uint64_t rescan_ms,
     free(watch);
     return GS_ENOMEM;
   }
-
-  int rc = uv_fs_event_init(&w->loop, &watch->event);
+  watch->mask = (flags & GS_WATCH_ARRIVALS) ? GS__MASK_ARRIVALS : GS__MASK_ALL;
+  // IN_MASK_ADD: another watch of the same folder keeps its events.
+  watch->wd = inotify_add_watch(w->inotify_fd, path, watch->mask | IN_MASK_ADD);
+  if (watch->wd < 0) {
+    *uv_error = -errno;
+    free(watch->path);
+    free(watch);
+    return GS_EUV;
+  }
+  rc = uv_timer_init(&w->loop, &watch->timer);
   if (rc != 0) {
-    // A handle whose init failed is not registered with the loop.
+    // Not registered with the loop: freed here. The inotify watch goes
+    // unless a registered watch shares it.
+    watch->removed = 1;
+    int shared = 0;
+    for (gs__watch_t *other = w->watches; other != NULL; other = other->next)
+      shared |= other->wd == watch->wd;
+    if (!shared)
+      (void)inotify_rm_watch(w->inotify_fd, watch->wd);
     free(watch->path);
     free(watch);
     *uv_error = rc;
     return GS_EUV;
   }
-  watch->event.data = watch;
-  rc = uv_fs_event_start(&watch->event, gs__on_fs_event, path, 0);
-  if (rc == 0 && rescan_ms > 0) {
-    rc = uv_timer_init(&w->loop, &watch->timer);
-    if (rc == 0) {
-      watch->has_timer = 1;
-      watch->timer.data = watch;
-      rc = uv_timer_start(&watch->timer, gs__on_timer, rescan_ms, rescan_ms);
-    }
-  }
+  watch->timer.data = watch;
+  if (rescan_ms > 0)
+    rc = uv_timer_start(&watch->timer, gs__on_timer, rescan_ms, rescan_ms);
   if (rc != 0) {
-    // Initialised handles must be closed before the memory can go.
-    gs__close_watch(watch, NULL);
+    gs__close_watch(w, watch, NULL);  // not in the list yet
     *uv_error = rc;
     return GS_EUV;
   }
@@ -276,7 +388,7 @@ static int gs__do_remove(gs_watcher_t *w, uint64_t watch_id, gs__cmd_t *cmd) {
   gs__lock(w);
   w->count--;
   gs__unlock(w);
-  gs__close_watch(watch, cmd);
+  gs__close_watch(w, watch, cmd);
   return GS_OK;
 }
 
@@ -288,8 +400,10 @@ static void gs__do_stop(gs_watcher_t *w) {
     gs__lock(w);
     w->count--;
     gs__unlock(w);
-    gs__close_watch(watch, NULL);
+    gs__close_watch(w, watch, NULL);
   }
+  if (w->inotify_fd >= 0 && !uv_is_closing((uv_handle_t *)&w->inotify_poll))
+    uv_close((uv_handle_t *)&w->inotify_poll, gs__on_inotify_close);
   uv_close((uv_handle_t *)&w->async, NULL);
 }
 
@@ -309,8 +423,8 @@ static void gs__on_async(uv_async_t *async) {
     int rc;
     switch (cmd->kind) {
       case GS__CMD_ADD:
-        rc = gs__do_add(w, cmd->path, cmd->rescan_ms, &cmd->watch_id,
-                        &cmd->uv_error);
+        rc = gs__do_add(w, cmd->path, cmd->rescan_ms, cmd->flags,
+                        &cmd->watch_id, &cmd->uv_error);
         gs__complete(w, cmd, rc);
         break;
       case GS__CMD_REMOVE:
@@ -393,6 +507,7 @@ int gs_watcher_create(gs_watch_cb callback, void *context,
     return GS_ENOMEM;
   w->callback = callback;
   w->context = context;
+  w->inotify_fd = -1;
 
   int result = GS_ENOMEM;
   int rc;
@@ -450,7 +565,8 @@ fail_mutex:
 }
 
 int gs_watcher_add(gs_watcher_t *watcher, const char *path,
-                   uint64_t rescan_ms, uint64_t *watch_id, int *uv_error) {
+                   uint64_t rescan_ms, unsigned flags, uint64_t *watch_id,
+                   int *uv_error) {
   if (watcher == NULL || path == NULL || watch_id == NULL || uv_error == NULL)
     return GS_EINVAL;
   *watch_id = 0;
@@ -459,9 +575,10 @@ int gs_watcher_add(gs_watcher_t *watcher, const char *path,
     // From the callback: waiting for the loop would deadlock, and we are it.
     if (gs__is_closing(watcher))
       return GS_ECLOSED;
-    return gs__do_add(watcher, path, rescan_ms, watch_id, uv_error);
+    return gs__do_add(watcher, path, rescan_ms, flags, watch_id, uv_error);
   }
-  gs__cmd_t cmd = {.kind = GS__CMD_ADD, .path = path, .rescan_ms = rescan_ms};
+  gs__cmd_t cmd = {.kind = GS__CMD_ADD, .path = path, .rescan_ms = rescan_ms,
+                   .flags = flags};
   int rc = gs__submit(watcher, &cmd);
   *watch_id = rc == GS_OK ? cmd.watch_id : 0;
   *uv_error = rc == GS_EUV ? cmd.uv_error : 0;

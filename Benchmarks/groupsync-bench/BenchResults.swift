@@ -11,6 +11,7 @@ struct BenchResults: Codable {
   var machine: BenchMachine
   var settings: BenchSettings
   var latency: [BenchLatencyRow] = []
+  var peers: BenchPeersResult?
   var polling: BenchPollingResult?
   var capture: [BenchCaptureRow] = []
   var codec: [BenchCodecRow] = []
@@ -102,6 +103,24 @@ struct BenchLatencyRow: Codable {
   var missing: Int
 }
 
+/// GroupSync beside PostgreSQL LISTEN/NOTIFY (Benchmarks/pgnotify.c), to
+/// the last of N listener processes, in alternating blocks.
+struct BenchPeersResult: Codable {
+  struct Row: Codable {
+    var listeners: Int
+    var stream: String
+    var groupsync: BenchStats
+    var postgres: BenchStats?
+    /// GroupSync over PostgreSQL, p50 and p99.
+    var ratioP50: Double
+    var ratioP99: Double
+    var groupsyncListenerCPUPerDelivery: Double
+    var postgresListenerCPUPerMessage: Double
+  }
+
+  var rows: [Row]
+}
+
 struct BenchPollingResult: Codable {
   struct Idle: Codable {
     var process: String
@@ -188,6 +207,12 @@ struct BenchThroughputResult: Codable {
     var changeSetsPerSecond: Double
     var rowsPerSecond: Double
     var maxBacklog: Int64
+    /// The floor's sustained rate to as many watchers under the same
+    /// backlog window, measured right after (nil if it failed), and
+    /// changeSetsPerSecond over it.
+    var floorMessagesPerSecond: Double?
+    var floorMaxBacklog: Int64?
+    var ratioToFloor: Double?
   }
 
   struct OpenLoop: Codable {

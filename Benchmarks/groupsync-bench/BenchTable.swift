@@ -33,13 +33,28 @@ enum BenchTable {
     line("     into every inbox) / the floor's write + links; the rest of the latency is the listener's side.")
     line("     CPU/msg = CPU time (getrusage) of one listener process per change set / of one floor watcher per message.")
 
+    if let peers = r.peers {
+      line()
+      line("2b. Peers: PostgreSQL LISTEN/NOTIFY (Benchmarks/pgnotify.c, libpq, a throw-away server on a unix socket),")
+      line("    sparse stream, to the last of N listener processes, in \(r.settings.rounds) alternating blocks with GroupSync;")
+      line("    from the writer asking to commit (GroupSync: the change set's committedAt, before the history row and COMMIT;")
+      line("    PostgreSQL: before COMMIT is sent, since it signals its listeners before COMMIT returns) to the last listener.")
+      row([("N", 4), ("stream", 8), ("n", 6), ("GroupSync", 22), ("PostgreSQL NOTIFY", 22), ("p50 ratio", 10), ("p99 ratio", 10), ("CPU/msg GS/PG", 16)])
+      for p in peers.rows {
+        row([(String(p.listeners), 4), (p.stream, 8), (String(p.groupsync.n), 6), (p.groupsync.text, 22), (p.postgres?.text ?? "-", 22),
+             (BenchFormat.ratio(p.ratioP50), 10), (BenchFormat.ratio(p.ratioP99), 10),
+             ("\(BenchFormat.us(p.groupsyncListenerCPUPerDelivery)) / \(BenchFormat.us(p.postgresListenerCPUPerMessage))", 16)])
+      }
+    }
+
     if let p = r.polling {
       line()
-      line("3. The naive alternative: PRAGMA data_version polled on a read-only connection, beside a GroupSync listener")
-      row([("reader", 22), ("idle CPU us/s", 15), ("% of a core", 13), ("ticks", 7), ("detection latency (commits every \(p.commitIntervalMs) ms)", 40)])
+      line("3. The naive alternatives: PRAGMA data_version polled on a read-only connection, and inotify on the store's -wal")
+      line("   file, then the same check, beside a GroupSync listener")
+      row([("reader", 27), ("idle CPU us/s", 15), ("% of a core", 13), ("ticks", 7), ("detection latency (commits every \(p.commitIntervalMs) ms)", 40)])
       for idle in p.idle {
         let detection = p.detection.first { $0.reader == idle.process }?.latency
-        row([(idle.process, 22), (String(format: "%.1f", idle.cpuMicrosPerSecond), 15),
+        row([(idle.process, 27), (String(format: "%.1f", idle.cpuMicrosPerSecond), 15),
              (String(format: "%.4f%%", idle.cpuPercentOfCore), 13), (String(idle.clockTicks), 7),
              (detection.map { "\($0.text)  (n \($0.n))" } ?? "-", 40)])
       }
@@ -88,6 +103,9 @@ enum BenchTable {
       line()
       line("5. Throughput to \(t.sustained.listeners) listener processes")
       line("   sustained, backlog held under \(t.sustained.backlogWindow): \(BenchFormat.count(t.sustained.changeSetsPerSecond)) change sets/s = \(BenchFormat.count(t.sustained.rowsPerSecond)) rows/s (\(t.sustained.changeSets) 1-row change sets in \(String(format: "%.1f", t.sustained.seconds)) s, max backlog \(t.sustained.maxBacklog))")
+      if let floor = t.sustained.floorMessagesPerSecond, let ratio = t.sustained.ratioToFloor {
+        line("   the floor, same window, \(t.sustained.listeners) watchers: \(BenchFormat.count(floor)) messages/s (max backlog \(t.sustained.floorMaxBacklog ?? 0)); GroupSync / floor \(BenchFormat.ratio(ratio))")
+      }
       line("   writer flat out: writes \(BenchFormat.count(t.openLoop.writerChangeSetsPerSecond))/s, delivered \(BenchFormat.count(t.openLoop.deliveredChangeSetsPerSecond))/s, backlog when the writer stopped: \(t.openLoop.backlogAtEnd)")
       line("   \(t.bulk.rowsPerTransaction)-row transactions (capture, encode, fan out, decode): \(BenchFormat.count(t.bulk.rowsPerSecond)) rows/s end to end over \(t.bulk.transactions) transactions;")
       line("      write \(t.bulk.write.text) per transaction, commit -> last listener \(t.bulk.latency.text)")

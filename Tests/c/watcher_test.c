@@ -198,7 +198,7 @@ static void on_event(void *context, uint64_t id, const char *filename,
       atomic_load(&c->cb_added_rc) == 1) {
     uint64_t new_id = 0;
     int err = 0;
-    int rc = gs_watcher_add(c->w, g_base, 0, &new_id, &err);
+    int rc = gs_watcher_add(c->w, g_base, 0, 0, &new_id, &err);
     atomic_store(&c->cb_added_id, new_id);
     atomic_store(&c->cb_added_rc, rc);
   }
@@ -340,7 +340,7 @@ static void test_events(void) {
 
   uint64_t id = 0;
   int err = -1;
-  int rc = gs_watcher_add(w, dir, 0, &id, &err);
+  int rc = gs_watcher_add(w, dir, 0, 0, &id, &err);
   CHECK(rc == GS_OK, "add: %d (uv %d)", rc, err);
   CHECK(id == 1, "first watch id is %llu, not 1", (unsigned long long)id);
   CHECK(err == 0, "uv_error %d after a successful add", err);
@@ -378,11 +378,11 @@ static void test_events(void) {
   write_file(dir, "after.txt");  // must not reach the removed watch
 
   uint64_t id2 = 0;
-  rc = gs_watcher_add(w, dir, 0, &id2, &err);
+  rc = gs_watcher_add(w, dir, 0, 0, &id2, &err);
   CHECK(rc == GS_OK && id2 == 2, "second add: %d, id %llu", rc,
         (unsigned long long)id2);
   const char *no_path = NULL;
-  CHECK(gs_watcher_add(w, no_path, 0, &id2, &err) == GS_EINVAL,
+  CHECK(gs_watcher_add(w, no_path, 0, 0, &id2, &err) == GS_EINVAL,
         "add NULL path");
 
   // Adding from the callback runs on the loop thread without waiting.
@@ -404,6 +404,122 @@ static void test_events(void) {
   ctx_free(c);
 }
 
+// GS_WATCH_ARRIVALS: entries that appear, by create, link or rename, are
+// reported; removals, writes and link-count changes wake nobody; the
+// folder itself going away is a rescan.
+static void test_arrivals(void) {
+  char dir[256], a[256], b[256], c2[256], outside[256];
+  make_dir(dir, sizeof(dir), "arrivals");
+  make_path(a, sizeof(a), dir, "a.txt");
+  make_path(b, sizeof(b), dir, "b.txt");
+  make_path(c2, sizeof(c2), dir, "c.txt");
+  make_path(outside, sizeof(outside), g_base, "arrivals-outside.txt");
+
+  ctx_t *c = ctx_new();
+  gs_watcher_t *w = watcher_new(c);
+  uint64_t id = 0;
+  int err = 0;
+  CHECK(gs_watcher_add(w, dir, 0, GS_WATCH_ARRIVALS, &id, &err) == GS_OK,
+        "add arrivals watch: uv %d", err);
+
+  write_file(dir, "a.txt");
+  CHECK(wait_rec(c, id, "a.txt", GS_EVENT_RENAME), "no event a.txt (create)");
+  MUST(link(a, b) == 0);
+  CHECK(wait_rec(c, id, "b.txt", GS_EVENT_RENAME), "no event b.txt (link)");
+  write_file(g_base, "arrivals-outside.txt");
+  MUST(rename(outside, c2) == 0);
+  CHECK(wait_rec(c, id, "c.txt", GS_EVENT_RENAME), "no event c.txt (moved in)");
+
+  // None of these may be reported: a write, a link elsewhere (the link
+  // count of an entry changes), removals, a rename out. A last create
+  // then shows the watch still works and everything before it was read.
+  ctx_clear(c);
+  unsigned long before = atomic_load(&c->calls[id]);
+  int fd = open(a, O_WRONLY | O_APPEND);
+  MUST(fd >= 0);
+  MUST(write(fd, "y", 1) == 1);
+  MUST(close(fd) == 0);
+  MUST(link(a, outside) == 0);
+  MUST(unlink(outside) == 0);
+  MUST(unlink(a) == 0);
+  MUST(unlink(b) == 0);
+  MUST(rename(c2, outside) == 0);
+  MUST(unlink(outside) == 0);
+  write_file(dir, "last.txt");
+  CHECK(wait_rec(c, id, "last.txt", GS_EVENT_RENAME), "no event last.txt");
+  CHECK(atomic_load(&c->calls[id]) == before + 1,
+        "%lu events for one arrival after removals and changes",
+        atomic_load(&c->calls[id]) - before);
+
+  // The folder itself removed: a rescan, without a name.
+  ctx_clear(c);
+  char last[256];
+  make_path(last, sizeof(last), dir, "last.txt");
+  MUST(unlink(last) == 0);
+  MUST(rmdir(dir) == 0);
+  CHECK(wait_rec(c, id, NULL, GS_EVENT_RESCAN), "no rescan on removal");
+
+  CHECK(gs_watcher_remove(w, id) == GS_OK, "remove");
+  atomic_store(&c->removed[id], 1);
+  gs_watcher_close(w);
+  ctx_free(c);
+}
+
+// Two watches of one folder share its inotify watch, each with its own
+// mask; removing one leaves the other working. And a watcher takes one
+// inotify instance however many folders it watches (instances are limited
+// per user, 128 by default).
+static void test_shared_folder_and_many_folders(void) {
+  char dir[256], a[256];
+  make_dir(dir, sizeof(dir), "shared");
+  make_path(a, sizeof(a), dir, "a.txt");
+  ctx_t *c = ctx_new();
+  gs_watcher_t *w = watcher_new(c);
+  uint64_t all = 0, arrivals = 0;
+  int err = 0;
+  CHECK(gs_watcher_add(w, dir, 0, 0, &all, &err) == GS_OK, "add all");
+  CHECK(gs_watcher_add(w, dir, 0, GS_WATCH_ARRIVALS, &arrivals, &err) == GS_OK,
+        "add arrivals");
+  write_file(dir, "a.txt");
+  CHECK(wait_rec(c, all, "a.txt", GS_EVENT_RENAME), "all: no create");
+  CHECK(wait_rec(c, arrivals, "a.txt", GS_EVENT_RENAME), "arrivals: no create");
+  ctx_clear(c);
+  unsigned long before = atomic_load(&c->calls[arrivals]);
+  MUST(unlink(a) == 0);
+  CHECK(wait_rec(c, all, "a.txt", GS_EVENT_RENAME), "all: no unlink");
+  write_file(dir, "b.txt");
+  CHECK(wait_rec(c, arrivals, "b.txt", GS_EVENT_RENAME), "arrivals: no b.txt");
+  CHECK(atomic_load(&c->calls[arrivals]) == before + 1,
+        "the arrivals watch got the other watch's events");
+  CHECK(gs_watcher_remove(w, all) == GS_OK, "remove all");
+  atomic_store(&c->removed[all], 1);
+  write_file(dir, "c.txt");
+  CHECK(wait_rec(c, arrivals, "c.txt", GS_EVENT_RENAME),
+        "arrivals: nothing after the other watch went");
+
+  // More folders than inotify instances a user may have.
+  int instances = 128;
+  FILE *limit = fopen("/proc/sys/fs/inotify/max_user_instances", "r");
+  if (limit != NULL) {
+    if (fscanf(limit, "%d", &instances) != 1) instances = 128;
+    fclose(limit);
+  }
+  int count = instances + 8 < MAX_IDS - 16 ? instances + 8 : MAX_IDS - 16;
+  char last[256] = "";
+  uint64_t last_id = 0;
+  for (int i = 0; i < count; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "folder-%d", i);
+    make_dir(last, sizeof(last), name);
+    CHECK(gs_watcher_add(w, last, 0, GS_WATCH_ARRIVALS, &last_id, &err) == GS_OK,
+          "watch %d of %d: uv %d", i + 1, count, err);
+  }
+  write_file(last, "z.txt");
+  CHECK(wait_rec(c, last_id, "z.txt", GS_EVENT_RENAME), "no event in the last folder");
+  gs_watcher_close(w);  // with every watch still registered
+  ctx_free(c);
+}
+
 static void test_rescan(void) {
   char dir[256];
   make_dir(dir, sizeof(dir), "rescan");
@@ -412,7 +528,7 @@ static void test_rescan(void) {
 
   uint64_t id = 0;
   int err = 0;
-  int rc = gs_watcher_add(w, dir, 20, &id, &err);
+  int rc = gs_watcher_add(w, dir, 20, 0, &id, &err);
   CHECK(rc == GS_OK, "add with rescan: %d", rc);
   CHECK(wait_rec(c, id, NULL, GS_EVENT_RESCAN), "rescan timer never fired");
   CHECK(wait_calls(c, id, 3), "rescan timer fired fewer than 3 times");
@@ -442,7 +558,7 @@ static void test_rescan_skips_settled_folder(void) {
 
   uint64_t id = 0;
   int err = 0;
-  int rc = gs_watcher_add(w, dir, 50, &id, &err);
+  int rc = gs_watcher_add(w, dir, 50, 0, &id, &err);
   CHECK(rc == GS_OK, "add with rescan: %d", rc);
   sleep_ms(3500);  // the folder's times are now over a second old
   unsigned long settled = atomic_load(&c->rescans[id]);
@@ -470,7 +586,7 @@ static void test_missing(void) {
   for (int i = 0; i < 2; i++) {
     uint64_t id = 99;
     int err = 0;
-    int rc = gs_watcher_add(w, missing, i == 0 ? 0 : 10, &id, &err);
+    int rc = gs_watcher_add(w, missing, i == 0 ? 0 : 10, 0, &id, &err);
     CHECK(rc == GS_EUV, "add of a missing folder: %d", rc);
     CHECK(err == UV_ENOENT, "add of a missing folder: uv %d (%s)", err,
           err ? uv_strerror(err) : "none");
@@ -480,7 +596,7 @@ static void test_missing(void) {
   // Failed adds do not break the ids that follow.
   uint64_t id = 0;
   int err = 0;
-  int rc = gs_watcher_add(w, g_base, 0, &id, &err);
+  int rc = gs_watcher_add(w, g_base, 0, 0, &id, &err);
   CHECK(rc == GS_OK && id >= 1, "add after failures: %d", rc);
 
   gs_watcher_close(w);  // with the watch still registered
@@ -510,8 +626,8 @@ static void test_remove_other_thread(void) {
 
   uint64_t fs_id = 0, timer_id = 0;
   int err = 0;
-  CHECK(gs_watcher_add(w, dir, 0, &fs_id, &err) == GS_OK, "add fs watch");
-  CHECK(gs_watcher_add(w, dir, 1, &timer_id, &err) == GS_OK, "add timed");
+  CHECK(gs_watcher_add(w, dir, 0, 0, &fs_id, &err) == GS_OK, "add fs watch");
+  CHECK(gs_watcher_add(w, dir, 1, 0, &timer_id, &err) == GS_OK, "add timed");
 
   churn_t ch;
   churn_start(&ch, dir);
@@ -553,9 +669,9 @@ static void test_remove_in_callback(void) {
   // removing itself must not disturb the second.
   uint64_t a = 0, b = 0, t = 0;
   int err = 0;
-  CHECK(gs_watcher_add(w, dir, 0, &a, &err) == GS_OK, "add a");
-  CHECK(gs_watcher_add(w, dir, 0, &b, &err) == GS_OK, "add b");
-  CHECK(gs_watcher_add(w, dir2, 1, &t, &err) == GS_OK, "add timed");
+  CHECK(gs_watcher_add(w, dir, 0, 0, &a, &err) == GS_OK, "add a");
+  CHECK(gs_watcher_add(w, dir, 0, 0, &b, &err) == GS_OK, "add b");
+  CHECK(gs_watcher_add(w, dir2, 1, 0, &t, &err) == GS_OK, "add timed");
 
   // One write makes several inotify events (create, modify), typically
   // read in one batch: only the first may be delivered.
@@ -602,7 +718,7 @@ static void *worker_main(void *arg) {
     uint64_t id = 0;
     int err = 0;
     uint64_t rescan = (uint64_t)((i + wk->index) % 3);  // 0: no timer
-    int rc = gs_watcher_add(w, wk->dir, rescan, &id, &err);
+    int rc = gs_watcher_add(w, wk->dir, rescan, 0, &id, &err);
     if (rc != GS_OK || id == 0 || id >= MAX_IDS) {
       FAIL("thread %d round %d: add %d, id %llu", wk->index, i, rc,
            (unsigned long long)id);
@@ -630,7 +746,7 @@ static void test_concurrent(void) {
   // A busy watch keeps the loop thread working throughout.
   uint64_t busy = 0;
   int err = 0;
-  CHECK(gs_watcher_add(w, dir, 1, &busy, &err) == GS_OK, "add busy watch");
+  CHECK(gs_watcher_add(w, dir, 1, 0, &busy, &err) == GS_OK, "add busy watch");
   churn_t ch;
   churn_start(&ch, dir);
 
@@ -668,7 +784,7 @@ static void test_concurrent(void) {
   CHECK(atomic_load(&c->calls[busy]) > 0, "busy watch saw nothing");
 
   uint64_t last = 0;
-  CHECK(gs_watcher_add(w, dir, 0, &last, &err) == GS_OK, "add after stress");
+  CHECK(gs_watcher_add(w, dir, 0, 0, &last, &err) == GS_OK, "add after stress");
   CHECK(last == 2 + THREADS * ROUNDS, "id after the stress is %llu",
         (unsigned long long)last);
 
@@ -687,7 +803,7 @@ static void test_close_busy(void) {
   for (int i = 0; i < 10; i++) {
     uint64_t id = 0;
     int err = 0;
-    CHECK(gs_watcher_add(w, dir, (uint64_t)(i % 2), &id, &err) == GS_OK,
+    CHECK(gs_watcher_add(w, dir, (uint64_t)(i % 2), 0, &id, &err) == GS_OK,
           "add %d", i);
   }
   CHECK(wait_calls(c, 1, 1), "no event before close");
@@ -720,7 +836,7 @@ static void close_dance(ctx_t *c, uint64_t id) {
   for (int i = 0; i < 2000 && rc == GS_OK; i++) {
     uint64_t new_id = 0;
     int err = 0;
-    rc = gs_watcher_add(c->w, g_base, 0, &new_id, &err);
+    rc = gs_watcher_add(c->w, g_base, 0, 0, &new_id, &err);
     if (rc == GS_OK)
       sleep_ms(2);
   }
@@ -746,8 +862,8 @@ static void test_close_from_other_thread(void) {
 
   uint64_t id = 0, id2 = 0;
   int err = 0;
-  CHECK(gs_watcher_add(w, dir, 0, &id2, &err) == GS_OK, "add plain watch");
-  CHECK(gs_watcher_add(w, dir, 5, &id, &err) == GS_OK, "add timed watch");
+  CHECK(gs_watcher_add(w, dir, 0, 0, &id2, &err) == GS_OK, "add plain watch");
+  CHECK(gs_watcher_add(w, dir, 5, 0, &id, &err) == GS_OK, "add timed watch");
 
   lock(&c->mu);
   while (!c->entered)
@@ -769,7 +885,7 @@ static void test_close_from_other_thread(void) {
 
   // The loop thread is held in the callback, so `w` is still alive.
   uint64_t late = 7;
-  int rc = gs_watcher_add(w, dir, 0, &late, &err);
+  int rc = gs_watcher_add(w, dir, 0, 0, &late, &err);
   CHECK(rc == GS_ECLOSED, "add from another thread while closing: %d", rc);
   CHECK(late == 0, "add while closing set an id");
   rc = gs_watcher_remove(w, id2);
@@ -795,7 +911,7 @@ static void test_many(void) {
     snprintf(name, sizeof(name), "many%03d", i);
     make_dir(dirs[i], sizeof(dirs[i]), name);
     int err = 0;
-    int rc = gs_watcher_add(w, dirs[i], i % 10 == 0 ? 50 : 0, &ids[i], &err);
+    int rc = gs_watcher_add(w, dirs[i], i % 10 == 0 ? 50 : 0, 0, &ids[i], &err);
     CHECK(rc == GS_OK, "add %d: %d (uv %d)", i, rc, err);
   }
   CHECK(gs_watcher_count(w) == MANY, "count %zu, not %d", gs_watcher_count(w),
@@ -872,6 +988,8 @@ int main(void) {
   } tests[] = {
       {"errors", test_errors},
       {"events", test_events},
+      {"arrivals", test_arrivals},
+      {"shared_folder_and_many_folders", test_shared_folder_and_many_folders},
       {"rescan", test_rescan},
       {"rescan_skips_settled_folder", test_rescan_skips_settled_folder},
       {"missing", test_missing},

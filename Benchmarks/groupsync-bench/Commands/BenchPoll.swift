@@ -2,9 +2,14 @@ import ArgumentParser
 import CGroupSync
 import Foundation
 
-/// The naive alternative to GroupSync, as a benchmark child: a reader that
+/// The naive alternatives to GroupSync, as a benchmark child: a reader that
 /// polls `PRAGMA data_version` every interval on its own read-only
-/// connection, and on a change reads which row is the newest.
+/// connection, and on a change reads which row is the newest; or, with
+/// `--inotify-wal`, one that sleeps in inotify on the store's `-wal` file
+/// and runs the same check on each write to it. (Naive indeed: the last
+/// write to the WAL can come before the commit is visible in the WAL index,
+/// so such a commit is only seen at the next write; the file replaced after
+/// a checkpoint by the last connection closing loses the watch.)
 ///
 /// Protocol: prints `{"ready":true,...}`; `collect ROWID` waits until a
 /// poll saw that row and prints the detections since the last collect;
@@ -18,6 +23,9 @@ struct BenchPoll: AsyncParsableCommand {
 
   @Option(name: .long, help: "Microseconds to sleep between polls.")
   var intervalUs: Int = 1000
+
+  @Flag(name: .long, help: "Instead of polling, wait in inotify for writes to the store's -wal file, then check.")
+  var inotifyWal = false
 
   func run() async throws {
     var handle: OpaquePointer?
@@ -35,13 +43,32 @@ struct BenchPoll: AsyncParsableCommand {
       guard let line, line != "quit" else { Foundation.exit(0) }
       let words = line.split(separator: " ")
       if words.first == "collect", words.count == 2, let target = Int64(words[1]) {
-        benchEmit(detections.collect(until: target, timeoutSeconds: 60))
+        // The inotify reader may never see the last commit (see above):
+        // give up soon and report what it saw.
+        benchEmit(detections.collect(until: target, timeoutSeconds: inotifyWal ? 2 : 60))
       } else if line == "rusage" {
         benchEmit(BenchCPU(cpuNs: benchOwnCPUNanoseconds()))
       }
     }
     benchEmit(BenchReady(ready: true, pid: getpid(), startSequence: 0))
 
+    if inotifyWal {
+      let inotify = inotify_init1(Int32(IN_CLOEXEC))
+      guard inotify >= 0, inotify_add_watch(inotify, store + "-wal", UInt32(IN_MODIFY)) >= 0 else {
+        throw BenchError("cannot watch \(store)-wal: \(String(cString: strerror(errno)))")
+      }
+      var buffer = [UInt8](repeating: 0, count: 4096)
+      while true {
+        let count = buffer.withUnsafeMutableBytes { read(inotify, $0.baseAddress, $0.count) }
+        if count < 0 && errno != EINTR { throw BenchError("read inotify: \(String(cString: strerror(errno)))") }
+        let current = Self.scalar(version)
+        if current != lastVersion {
+          let detectedAt = BenchClock.realtime()
+          lastVersion = current
+          detections.record(newestRow: Self.scalar(newest), at: detectedAt)
+        }
+      }
+    }
     let interval = Int64(intervalUs) * 1000
     while true {
       let current = Self.scalar(version)

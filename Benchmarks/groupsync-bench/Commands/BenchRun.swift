@@ -34,6 +34,18 @@ struct BenchRun: AsyncParsableCommand {
   @Flag(name: .long, help: "Keep the scratch folder.")
   var keep = false
 
+  @Option(name: .long, help: "Only these phases, comma-separated: capture, latency, peers, polling, memory, reads, catch-up, contexts.")
+  var phases: String?
+
+  @Option(name: .long, help: "Listener counts for the latency and peers phases, comma-separated (e.g. 1,4,16).")
+  var listenerCounts: String?
+
+  @Option(name: .long, help: "The PostgreSQL LISTEN/NOTIFY peer program (cc Benchmarks/pgnotify.c -lpq).")
+  var pgnotify: String?
+
+  @Option(name: .long, help: "libpq connection string of the PostgreSQL server for the peers phase (make bench-peers starts one).")
+  var postgresConninfo: String?
+
   func run() async throws {
     let parent = workFolder.map(absolute) ?? FileManager.default.temporaryDirectory.path
     let folder = parent + "/groupsync-bench-\(UUID().uuidString.prefix(8))"
@@ -42,6 +54,11 @@ struct BenchRun: AsyncParsableCommand {
       options: .init(
         quick: quick, workFolder: folder, floorPath: absolute(floor), valgrindShim: absolute(valgrindShim),
         callgrind: !noCallgrind,
+        phases: phases.map { Set($0.split(separator: ",").map { String($0) }) },
+        listenerCounts: try listenerCounts.map { list in
+          try list.split(separator: ",").map { guard let count = Int($0), count > 0 else { throw ValidationError("bad listener count '\($0)'") }; return count }
+        },
+        pgnotify: pgnotify.map(absolute), postgresConninfo: postgresConninfo,
         log: { FileHandle.standardError.write(Data("bench: \($0)\n".utf8)) }))
     defer { if !keep { Self.remove(folder) } }
     let results = try runner.run()

@@ -13,7 +13,9 @@ import Glibc
 /// in memory instead: a process never reads its own change sets back from
 /// disk. Every folder is reached through descriptors opened without
 /// following symlinks (``SafeDirectory``) and checked again before each
-/// delivery, so a folder replaced or moved away is never written into.
+/// delivery (a listener's folder through the times of `listeners/`, which
+/// replacing or moving it changes), so a folder replaced or moved away is
+/// never written into.
 final class FanOut: Sendable {
   private let root: SafeDirectory
   private let rootPath: String
@@ -25,6 +27,8 @@ final class FanOut: Sendable {
     var tmp: SafeDirectory?
     /// The last listing of `listeners/`, and the folder's times then.
     var targets: [String: Target] = [:]
+    /// The names of `targets` in delivery order, sorted when listed.
+    var names: [String] = []
     var listedChange: (mtime: timespec, ctime: timespec)?
     var lastTmpSweep: ContinuousClock.Instant?
   }
@@ -105,6 +109,7 @@ final class FanOut: Sendable {
     if let listeners = folders.listeners, listeners.isStill(GroupLayout.listenersFolder, in: root) { return listeners }
     folders.listeners = nil
     folders.targets = [:]
+    folders.names = []
     folders.listedChange = nil
     let listeners = try root.child(GroupLayout.listenersFolder, create: true)
     folders.listeners = listeners
@@ -143,9 +148,9 @@ final class FanOut: Sendable {
     var now = timespec()
     clock_gettime(CLOCK_REALTIME, &now)
     let recent = info.st_mtim.tv_sec + 2 >= now.tv_sec || info.st_ctim.tv_sec + 2 >= now.tv_sec
-    if recent || folders.listedChange.map({ !Self.same($0.mtime, change.mtime) || !Self.same($0.ctime, change.ctime) })
-      ?? true
-    {
+    let relist = recent
+      || folders.listedChange.map({ !Self.same($0.mtime, change.mtime) || !Self.same($0.ctime, change.ctime) }) ?? true
+    if relist {
       var names = Set<String>()
       try listeners.forEachEntry { bytes in
         if let name = String(validating: bytes, as: UTF8.self), GroupLayout.isValidListenerName(name) {
@@ -154,12 +159,15 @@ final class FanOut: Sendable {
       }
       folders.targets = folders.targets.filter { names.contains($0.key) }
       for name in names where folders.targets[name] == nil { folders.targets[name] = Target() }
+      folders.names = names.sorted()
       folders.listedChange = change
     }
     var live: [(name: String, inbox: SafeDirectory)] = []
-    for name in folders.targets.keys.sorted() where !localNames.contains(name) {
+    for name in folders.names where !localNames.contains(name) {
       guard var target = folders.targets[name] else { continue }
-      if let folder = target.folder, !folder.isStill(name, in: listeners) { target = Target() }
+      // An entry of listeners/ replaced or moved changes its times: while
+      // they stand still, the folders held are still its entries.
+      if relist, let folder = target.folder, !folder.isStill(name, in: listeners) { target = Target() }
       if target.folder == nil { target.folder = try? listeners.child(name, create: false) }
       guard let folder = target.folder else {
         folders.targets[name] = target

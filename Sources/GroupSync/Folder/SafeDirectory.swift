@@ -79,6 +79,18 @@ final class SafeDirectory: Sendable {
   /// Opens the regular file `name`, refusing anything else; never blocks
   /// (a FIFO is refused, not waited on).
   func openFile(_ name: String, _ flags: Int32, mode: mode_t = 0o644) throws -> FileDescriptor {
+    if flags & (O_CREAT | O_EXCL) == O_CREAT | O_EXCL {
+      // O_EXCL (with O_NOFOLLOW) fails on any existing entry: what opens is
+      // a regular file this call made in this folder; no fstat to check it.
+      let fd = openat(descriptor.rawValue, name, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode)
+      guard fd >= 0 else { throw GroupSyncError.system(call: "openat", path: path + "/" + name, errno: errno) }
+      return FileDescriptor(adopting: fd)
+    }
+    return try openRegularFile(name, flags, mode: mode).file
+  }
+
+  /// ``openFile(_:_:mode:)``, also giving the `fstat(2)` it checked with.
+  func openRegularFile(_ name: String, _ flags: Int32, mode: mode_t = 0o644) throws -> (file: FileDescriptor, status: stat) {
     let filePath = path + "/" + name
     let fd = openat(descriptor.rawValue, name, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode)
     guard fd >= 0 else {
@@ -94,7 +106,7 @@ final class SafeDirectory: Sendable {
     guard UInt64(info.st_dev) == identity.device else {
       throw GroupSyncError.unsafeEntry(path: filePath, reason: "it is on another device")
     }
-    return file
+    return (file, info)
   }
 
   /// Calls `body` with the name of each entry (without `.` and `..`), as

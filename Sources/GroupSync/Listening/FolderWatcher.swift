@@ -10,8 +10,10 @@ import Glibc
 /// its loop thread through uv_async_send); the handler table is a Mutex.
 final class FolderWatcher: @unchecked Sendable {
   /// What a watch reports: a name in the folder changed, or "rescan".
-  enum Event: Sendable {
-    case entry(String)
+  enum Event {
+    /// The entry's name as the kernel gave it, valid during the call only
+    /// (no String is made for each event).
+    case entry(UnsafeBufferPointer<UInt8>)
     case rescan
     /// The rescan timer fired on a folder that has not changed.
     case tick
@@ -38,14 +40,18 @@ final class FolderWatcher: @unchecked Sendable {
   }
 
   /// Watches `path`; `handler` runs on the watcher thread and must be quick.
-  /// Events of the short time before this returns may be missed: rescan
-  /// once after it returns.
-  func watch(_ path: String, rescanMilliseconds: UInt64, handler: @escaping Handler) throws -> Watch {
+  /// With `arrivalsOnly`, only entries that appear are reported (removals
+  /// and changes of entries wake nobody). Events of the short time before
+  /// this returns may be missed: rescan once after it returns.
+  func watch(
+    _ path: String, rescanMilliseconds: UInt64, arrivalsOnly: Bool = false, handler: @escaping Handler
+  ) throws -> Watch {
     var watchID: UInt64 = 0
     var uvError: Int32 = 0
-    let code = gs_watcher_add(handle!, path, rescanMilliseconds, &watchID, &uvError)
+    let flags = arrivalsOnly ? UInt32(GS_WATCH_ARRIVALS) : 0
+    let code = gs_watcher_add(handle!, path, rescanMilliseconds, flags, &watchID, &uvError)
     guard code == GS_OK else {
-      throw GroupSyncError.system(call: "uv_fs_event_start", path: path, errno: code == GS_EUV ? -uvError : EINVAL)
+      throw GroupSyncError.system(call: "inotify_add_watch", path: path, errno: code == GS_EUV ? -uvError : EINVAL)
     }
     handlers.withLock { $0[watchID] = handler }
     return Watch(watcher: self, id: watchID)
@@ -63,7 +69,8 @@ final class FolderWatcher: @unchecked Sendable {
     } else if events & Int32(GS_EVENT_TICK) != 0 {
       handler(.tick)
     } else if let name {
-      handler(.entry(String(cString: name)))
+      let bytes = UnsafeRawPointer(name).assumingMemoryBound(to: UInt8.self)
+      handler(.entry(UnsafeBufferPointer(start: bytes, count: strlen(name))))
     } else {
       handler(.rescan)
     }

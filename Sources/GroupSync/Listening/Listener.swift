@@ -57,7 +57,10 @@ public final class Listener: @unchecked Sendable {
     var inProcessCount = 0
     var inProcessRows = 0
     var inProcessOverflowed = false
-    var waiter: CheckedContinuation<Void, Never>?
+    /// Unsafe, not checked: it is taken out under the mutex before it is
+    /// resumed, so exactly once, and a checked one costs an allocation per
+    /// wait on the delivery path.
+    var waiter: UnsafeContinuation<Void, Never>?
     var signaled = false
     var closed = false
     var watch: FolderWatcher.Watch?
@@ -77,6 +80,8 @@ public final class Listener: @unchecked Sendable {
   /// Stores whose file could not be opened (logged once; tried again on
   /// each rescan tick).
   private var unopenable = Set<String>()
+  /// Swapped with `Shared.hintedSequences` so that neither is copied.
+  private var spareHints: [(store: String, sequence: Int64)] = []
   private var folders: Folders
 
   /// The listener's folders, reopened when something replaced them.
@@ -182,9 +187,12 @@ public final class Listener: @unchecked Sendable {
 
   /// Watches the inbox through the descriptor the listener holds, so that
   /// the watch is on that very folder, whatever its path became.
+  /// Only arrivals wake the watcher: the listener's own removals and a
+  /// writer's links into other inboxes (link-count changes) do not.
   private func watchInbox(_ inbox: SafeDirectory) throws -> FolderWatcher.Watch {
     try FolderWatcher.shared.watch(
-      "/proc/self/fd/\(inbox.descriptor.rawValue)", rescanMilliseconds: UInt64(options.rescanInterval.milliseconds)
+      "/proc/self/fd/\(inbox.descriptor.rawValue)", rescanMilliseconds: UInt64(options.rescanInterval.milliseconds),
+      arrivalsOnly: true
     ) { [weak self] event in self?.handle(event) }
   }
 
@@ -205,7 +213,7 @@ public final class Listener: @unchecked Sendable {
   /// consumer, whose iteration ends. Safe to call from any thread, any
   /// number of times.
   public func close() {
-    let (waiter, watch, first): (CheckedContinuation<Void, Never>?, FolderWatcher.Watch?, Bool) = shared.withLock {
+    let (waiter, watch, first): (UnsafeContinuation<Void, Never>?, FolderWatcher.Watch?, Bool) = shared.withLock {
       shared in
       guard !shared.closed else { return (nil, nil, false) }
       shared.closed = true
@@ -250,8 +258,8 @@ public final class Listener: @unchecked Sendable {
   private func handle(_ event: FolderWatcher.Event) {
     switch event {
     case .entry(let fileName):
-      let parsed = GroupLayout.storeAndSequence(inFileName: fileName)
-      // Our own removals of delivered files come back as events: no wake-up.
+      let parsed = GroupLayout.storeAndSequence(inFileNameBuffer: fileName)
+      // A file already read (found by a listing before its event came): no wake-up.
       if let parsed, parsed.store == GroupLayout.mainStoreName,
         parsed.sequence < deliveredThrough.load(ordering: .relaxed)
       {
@@ -295,7 +303,7 @@ public final class Listener: @unchecked Sendable {
   }
 
   private func signal(_ update: (inout Shared) -> Void = { _ in }) {
-    let waiter: CheckedContinuation<Void, Never>? = shared.withLock {
+    let waiter: UnsafeContinuation<Void, Never>? = shared.withLock {
       update(&$0)
       guard let waiter = $0.waiter else {
         $0.signaled = true
@@ -309,7 +317,7 @@ public final class Listener: @unchecked Sendable {
 
   private func waitForSignal() async {
     await withTaskCancellationHandler {
-      await withCheckedContinuation { continuation in
+      await withUnsafeContinuation { continuation in
         let resumeNow = shared.withLock {
           if $0.signaled || $0.closed || Task.isCancelled {
             $0.signaled = false
@@ -336,38 +344,52 @@ public final class Listener: @unchecked Sendable {
     var closed: Bool
   }
 
+  /// Takes what was handed over; the hints array is swapped out, not
+  /// copied (give it back with `recycle`).
   private func takeHandOver() -> HandOver {
-    shared.withLock { shared in
+    var hints: [(store: String, sequence: Int64)] = []
+    swap(&hints, &spareHints)
+    return shared.withLock { shared in
       defer {
-        shared.hintedSequences.removeAll(keepingCapacity: true)
         shared.rescanRequested = false
         shared.storeCheckRequested = false
         shared.inProcessOverflowed = false
       }
+      swap(&hints, &shared.hintedSequences)
       shared.signaled = false
       return HandOver(
-        hints: shared.hintedSequences, rescan: shared.rescanRequested, storeCheck: shared.storeCheckRequested,
+        hints: hints, rescan: shared.rescanRequested, storeCheck: shared.storeCheckRequested,
         overflowed: shared.inProcessOverflowed, closed: shared.closed)
     }
+  }
+
+  /// Keeps the hints' storage for the next hand-over.
+  private func recycle(_ handOver: HandOver) {
+    var hints = handOver.hints
+    hints.removeAll(keepingCapacity: true)
+    spareHints = hints
   }
 
   /// This process's change set that `stream` delivers next, taken out of
   /// the hand-over; those it no longer needs are dropped.
   private func takeInProcess(for stream: StoreStream) -> ChangeSet? {
-    shared.withLock { shared in
-      guard var waiting = shared.inProcess[stream.store], !waiting.isEmpty else { return nil }
-      defer { shared.inProcess[stream.store] = waiting }
-      let next = stream.nextSequence
-      // Committed before we started, or covered by a reset.
-      for sequence in waiting.keys where sequence < next {
-        let dropped = waiting.removeValue(forKey: sequence)!
-        shared.inProcessCount -= 1
-        shared.inProcessRows -= dropped.rowCount + 1
+    let next = stream.nextSequence
+    return shared.withLock { shared in
+      guard shared.inProcess[stream.store]?.isEmpty == false else { return nil }
+      // In place (no copy of the dictionary): what was committed before we
+      // started, or is covered by a reset, is dropped; the next one taken.
+      func take(_ waiting: inout [Int64: ChangeSet]) -> (taken: ChangeSet?, gone: [ChangeSet]) {
+        var gone: [ChangeSet] = []
+        if waiting.count > 1 || waiting.keys.first != next {
+          for sequence in Array(waiting.keys) where sequence < next { gone.append(waiting.removeValue(forKey: sequence)!) }
+        }
+        let taken = waiting.removeValue(forKey: next)
+        return (taken, gone + (taken.map { [$0] } ?? []))
       }
-      guard let changeSet = waiting.removeValue(forKey: next) else { return nil }
-      shared.inProcessCount -= 1
-      shared.inProcessRows -= changeSet.rowCount + 1
-      return changeSet
+      let (taken, gone) = take(&shared.inProcess[stream.store]!)
+      shared.inProcessCount -= gone.count
+      shared.inProcessRows -= gone.reduce(0) { $0 + $1.rowCount + 1 }
+      return taken
     }
   }
 
@@ -382,6 +404,7 @@ public final class Listener: @unchecked Sendable {
     while true {
       if Task.isCancelled { return nil }
       let handOver = takeHandOver()
+      defer { recycle(handOver) }
       if handOver.closed { return nil }
       for stream in streams { stream.acknowledgeAutomatically() }
       for stream in streams {

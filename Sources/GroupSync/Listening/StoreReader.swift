@@ -47,8 +47,11 @@ final class StoreReader {
   /// A table the change set names that the store does not have, if any.
   /// The table list is reread only when a name is not in it.
   func unknownTable(in changeSet: ChangeSet) -> TableName? {
+    // Checked without building an array: this runs for every change set.
+    let missing = changeSet.tables.keys.first { !knownTables.contains($0) }
+      ?? changeSet.invalidatedTableNames.first { !knownTables.contains($0) }
+    guard let missing else { return nil }
     let names = Array(changeSet.tables.keys) + Array(changeSet.invalidatedTableNames)
-    guard let missing = names.first(where: { !knownTables.contains($0) }) else { return nil }
     let tables: [String] = (try? queue.read { db in
       try String.fetchAll(db, sql: "SELECT name FROM sqlite_schema WHERE type = 'table'")
     }) ?? []

@@ -312,9 +312,10 @@ final class StoreStream {
     inboxSequences.remove(sequence)
     defer { inbox.remove(fileName) }
     let file: FileDescriptor
+    let info: stat
     do {
       // No symlink followed, no FIFO waited on, nothing but a regular file.
-      file = try inbox.openFile(fileName, O_RDONLY)
+      (file, info) = try inbox.openRegularFile(fileName, O_RDONLY)
     } catch GroupSyncError.system(_, _, ENOENT) {
       return nil
     } catch {
@@ -322,7 +323,6 @@ final class StoreStream {
     }
     let changeSet: ChangeSet
     do {
-      let info = try file.status(path: inbox.path + "/" + fileName)
       guard info.st_size <= options.maximumFileSize else {
         return .failure("\(fileName) is \(info.st_size) bytes, over the \(options.maximumFileSize)-byte maximum")
       }

@@ -40,7 +40,9 @@ public struct ChangeSet: Sendable, Equatable {
     self.sequence = sequence
     self.committedAtNanoseconds = committedAtNanoseconds
     self.writerProcessID = writerProcessID
-    self.tables = tables.filter { !$0.value.isEmpty }
+    // Filtered only when needed: a decoded change set has no empty table,
+    // and filtering makes a new dictionary for each one.
+    self.tables = tables.values.contains(where: \.isEmpty) ? tables.filter { !$0.value.isEmpty } : tables
     self.invalidatedTableNames = invalidatedTableNames
   }
 

@@ -40,10 +40,9 @@ final class CommitPublisher: Sendable {
   @discardableResult
   func publish(through sequence: Int64?) -> Outcome? {
     delivering.withLock { _ in
-      let batch = queue.withLock { queue in
-        defer { queue.waiting.removeAll(keepingCapacity: true) }
-        return queue.waiting
-      }
+      // Taken, not copied: the queue's buffer is not duplicated per commit.
+      var batch: [(changeSet: ChangeSet, encoded: [UInt8], claimed: Bool)] = []
+      queue.withLock { swap(&batch, &$0.waiting) }
       for (changeSet, encoded, claimed) in batch {
         let failures = deliver(changeSet, encoded)
         if !failures.isEmpty {
