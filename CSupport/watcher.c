@@ -9,37 +9,29 @@
 // loop thread itself) add and remove run directly instead, since waiting
 // for ourselves would deadlock.
 //
-// The watcher has one inotify instance, as libuv's uv_fs_event has one per
-// loop (instances are limited per user, 128 by default), polled by the
-// loop (uv_poll) rather than through uv_fs_event: each watch chooses its
-// event mask (a listener asks only for entries that appear, so its own
-// removals and a writer's further links do not wake the thread), a wake-up
-// costs one read, and IN_Q_OVERFLOW, which libuv drops, is passed on to
-// every watch as a rescan. Watches of the same folder share its inotify
-// watch descriptor, with the union of their masks (IN_MASK_ADD); each gets
-// only the events of its own mask.
+// A watch with GS_WATCH_ARRIVALS is told only of entries that appear: the
+// loop thread drops uv_fs_event's UV_CHANGE (a write, or a link count
+// changed by a writer linking the same file into another inbox) and a
+// UV_RENAME whose entry is gone (a removal, a rename out), which it tells
+// with one lstat. So a listener's own
+// removals and the other inboxes' links never wake its consumer. A folder
+// that was itself removed (no links left) is reported as a rescan.
 //
-// Lifetime: a watch is freed in the close callback of its timer handle
-// (every watch has one, started only with a rescan interval), so that a
-// watch removed from a callback stays readable until the event loop is
-// done with the batch it came from; the watcher after its thread was
-// joined and the loop closed; the inotify descriptor in the close callback
-// of its poll handle.
+// Lifetime: a watch is freed in the close callback of its last handle, the
+// watcher after its thread was joined and the loop closed.
 
 
 #include "CGroupSync.h"
 
 #include <assert.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <errno.h>
-#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 #include <uv.h>
 
 typedef enum {
@@ -67,9 +59,10 @@ struct gs__watch_s {
   gs__watch_t *next;  // in watcher->watches while registered
   gs_watcher_t *watcher;
   uint64_t id;
-  int wd;         // the inotify watch descriptor (shared by the same folder)
-  uint32_t mask;  // the events this watch reports
+  uv_fs_event_t event;
   uv_timer_t timer;
+  int has_timer;
+  unsigned flags;  // GS_WATCH_ARRIVALS
   // The folder, and what it looked like at the last rescan passed on: a
   // folder that has not changed since costs a stat, not a Swift rescan.
   char *path;
@@ -77,15 +70,14 @@ struct gs__watch_s {
   // Set as soon as removal starts, so events libuv already has in hand are
   // dropped rather than delivered after remove returned.
   int removed;
-  gs__cmd_t *remove_cmd;  // completed in the timer's close callback
+  int closing;            // handles whose close callback is still due
+  gs__cmd_t *remove_cmd;  // completed once `closing` drops to 0
 };
 
 struct gs_watcher_s {
   // Loop thread only (or before the thread starts / after it was joined).
   uv_loop_t loop;
   uv_async_t async;
-  int inotify_fd;  // -1 until the first watch, and once closed
-  uv_poll_t inotify_poll;
   gs__watch_t *watches;
   uint64_t next_id;
   gs_watch_cb callback;
@@ -160,73 +152,40 @@ static void gs__complete(gs_watcher_t *w, gs__cmd_t *cmd, int result) {
 
 // MARK: Loop thread
 
-// What libuv's uv_fs_event watches, for watches without GS_WATCH_ARRIVALS.
-#define GS__MASK_ALL                                                     \
-  (IN_ATTRIB | IN_CREATE | IN_MODIFY | IN_DELETE | IN_DELETE_SELF |      \
-   IN_MOVE_SELF | IN_MOVED_FROM | IN_MOVED_TO)
-// Entries that appear, and the folder itself going away.
-#define GS__MASK_ARRIVALS \
-  (IN_CREATE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF)
-
-// Calls back every registered watch of `wd` (every watch for wd -1) whose
-// mask has one of `mask`'s bits. A callback may add or remove watches: the
-// next one is read first, and a removed one (still in memory until its
-// close callback, which runs after this batch) is skipped.
-static void gs__dispatch(gs_watcher_t *w, int wd, uint32_t mask,
-                         const char *name, int gs_events, int status) {
-  gs__watch_t *next = NULL;
-  for (gs__watch_t *watch = w->watches; watch != NULL; watch = next) {
-    next = watch->next;
-    if (watch->removed || (wd != -1 && watch->wd != wd))
-      continue;
-    if (wd != -1 && (mask & (watch->mask | IN_IGNORED)) == 0)
-      continue;
-    w->callback(w->context, watch->id, name, gs_events, status);
-  }
-}
-
-static void gs__on_poll(uv_poll_t *handle, int status, int events) {
-  gs_watcher_t *w = handle->data;
-  (void)events;
+static void gs__on_fs_event(uv_fs_event_t *handle, const char *filename,
+                            int events, int status) {
+  gs__watch_t *watch = handle->data;
+  if (watch->removed)
+    return;
+  int gs_events = 0;
   if (status < 0) {
-    gs__dispatch(w, -1, 0, NULL, GS_EVENT_ERROR, status);
-    return;
-  }
-  // One read a wake-up: epoll is level-triggered, so what does not fit
-  // wakes the loop again at once.
-  char buffer[16 * 1024]
-      __attribute__((aligned(__alignof__(struct inotify_event))));
-  ssize_t n = read(w->inotify_fd, buffer, sizeof buffer);
-  if (n < 0) {
-    if (errno == EAGAIN || errno == EINTR)
+    gs_events = GS_EVENT_ERROR;
+  } else if (watch->flags & GS_WATCH_ARRIVALS) {
+    if (!(events & UV_RENAME) || filename == NULL)
+      return;  // a write, or a link count changed: nothing arrived
+    // By path, not through a descriptor of the folder: holding the folder
+    // open would delay its IN_DELETE_SELF until the descriptor closed.
+    char entry[PATH_MAX];
+    struct stat st;
+    int length = snprintf(entry, sizeof entry, "%s/%s", watch->path, filename);
+    if (length < 0 || (size_t)length >= sizeof entry)
       return;
-    gs__dispatch(w, -1, 0, NULL, GS_EVENT_ERROR, -errno);
-    return;
-  }
-  for (char *p = buffer; p < buffer + n;) {
-    const struct inotify_event *e = (const struct inotify_event *)p;
-    p += sizeof *e + e->len;
-    if (e->mask & IN_Q_OVERFLOW) {
-      // Events were lost, of any watch: every one must look.
-      gs__dispatch(w, -1, 0, NULL, GS_EVENT_RESCAN, 0);
-      continue;
-    }
-    if (e->mask & IN_IGNORED) {
-      // The folder is gone (or its watch was removed): its watches look.
-      gs__dispatch(w, e->wd, e->mask, NULL, GS_EVENT_RESCAN, 0);
-      continue;
-    }
-    int gs_events = 0;
-    if (e->mask & (IN_ATTRIB | IN_MODIFY))
-      gs_events |= GS_EVENT_CHANGE;
-    if (e->mask & ~(uint32_t)(IN_ATTRIB | IN_MODIFY))
-      gs_events |= GS_EVENT_RENAME;
-    // Events of the folder itself (deleted, moved) carry no name.
-    const char *name = e->len > 0 ? e->name : NULL;
-    if (name == NULL)
+    if (lstat(entry, &st) == 0) {
+      gs_events = GS_EVENT_RENAME;
+    } else if (stat(watch->path, &st) != 0) {
+      filename = NULL;  // the folder itself went
       gs_events = GS_EVENT_RESCAN;
-    gs__dispatch(w, e->wd, e->mask, name, gs_events, 0);
+    } else {
+      return;  // a removal or a rename out
+    }
+  } else {
+    if (events & UV_RENAME)
+      gs_events |= GS_EVENT_RENAME;
+    if (events & UV_CHANGE)
+      gs_events |= GS_EVENT_CHANGE;
   }
+  gs_watcher_t *w = watch->watcher;
+  w->callback(w->context, watch->id, filename, gs_events, status);
 }
 
 static int gs__same_time(struct timespec a, struct timespec b) {
@@ -263,102 +222,61 @@ static void gs__on_timer(uv_timer_t *timer) {
 
 static void gs__on_watch_close(uv_handle_t *handle) {
   gs__watch_t *watch = handle->data;
-  // The watch is out of the list: no callback of it can run any more.
+  if (--watch->closing > 0)
+    return;
+  // Both handles are closed: no callback of this watch can run any more.
   if (watch->remove_cmd != NULL)
     gs__complete(watch->watcher, watch->remove_cmd, GS_OK);
   free(watch->path);
   free(watch);
 }
 
-// Closes a watch that is no longer in the list: its inotify watch goes
-// unless another watch of the same folder still uses it. `cmd`, if any, is
-// completed once the timer's close callback ran.
-static void gs__close_watch(gs_watcher_t *w, gs__watch_t *watch,
-                            gs__cmd_t *cmd) {
+// Closes the handles of a watch that is no longer in the list. `cmd`, if
+// any, is completed once both close callbacks ran.
+static void gs__close_watch(gs__watch_t *watch, gs__cmd_t *cmd) {
   watch->removed = 1;
   watch->remove_cmd = cmd;
-  int shared = 0;
-  for (gs__watch_t *other = w->watches; other != NULL; other = other->next)
-    shared |= other->wd == watch->wd;
-  // EINVAL when the kernel dropped it already (the folder is gone).
-  if (!shared && watch->wd >= 0)
-    (void)inotify_rm_watch(w->inotify_fd, watch->wd);
-  // uv_close stops the timer first: no timer callback after it.
-  uv_close((uv_handle_t *)&watch->timer, gs__on_watch_close);
-}
-
-static void gs__on_inotify_close(uv_handle_t *handle) {
-  gs_watcher_t *w = handle->data;
-  close(w->inotify_fd);
-  w->inotify_fd = -1;
-}
-
-// The watcher's inotify instance, made with its first watch.
-static int gs__start_inotify(gs_watcher_t *w) {
-  // Closing only after a failed start (until its close callback ran).
-  if (w->inotify_fd >= 0)
-    return uv_is_closing((uv_handle_t *)&w->inotify_poll) ? UV_EAGAIN : 0;
-  int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (fd < 0)
-    return -errno;  // libuv's error codes are negated errno values
-  int rc = uv_poll_init(&w->loop, &w->inotify_poll, fd);
-  if (rc != 0) {
-    close(fd);  // a handle whose init failed is not registered
-    return rc;
-  }
-  w->inotify_fd = fd;
-  w->inotify_poll.data = w;
-  rc = uv_poll_start(&w->inotify_poll, UV_READABLE, gs__on_poll);
-  if (rc != 0)
-    uv_close((uv_handle_t *)&w->inotify_poll, gs__on_inotify_close);
-  return rc;
+  watch->closing = watch->has_timer ? 2 : 1;
+  // uv_close stops the handle first: no event or timer callback after it.
+  uv_close((uv_handle_t *)&watch->event, gs__on_watch_close);
+  if (watch->has_timer)
+    uv_close((uv_handle_t *)&watch->timer, gs__on_watch_close);
 }
 
 static int gs__do_add(gs_watcher_t *w, const char *path, uint64_t rescan_ms,
                       unsigned flags, uint64_t *watch_id, int *uv_error) {
-  int rc = gs__start_inotify(w);
-  if (rc != 0) {
-    *uv_error = rc;
-    return GS_EUV;
-  }
   gs__watch_t *watch = calloc(1, sizeof(*watch));
   if (watch == NULL)
     return GS_ENOMEM;
   watch->watcher = w;
+  watch->flags = flags;
   watch->path = strdup(path);
   if (watch->path == NULL) {
     free(watch);
     return GS_ENOMEM;
   }
-  watch->mask = (flags & GS_WATCH_ARRIVALS) ? GS__MASK_ARRIVALS : GS__MASK_ALL;
-  // IN_MASK_ADD: another watch of the same folder keeps its events.
-  watch->wd = inotify_add_watch(w->inotify_fd, path, watch->mask | IN_MASK_ADD);
-  if (watch->wd < 0) {
-    *uv_error = -errno;
-    free(watch->path);
-    free(watch);
-    return GS_EUV;
-  }
-  rc = uv_timer_init(&w->loop, &watch->timer);
+
+  int rc = uv_fs_event_init(&w->loop, &watch->event);
   if (rc != 0) {
-    // Not registered with the loop: freed here. The inotify watch goes
-    // unless a registered watch shares it.
-    watch->removed = 1;
-    int shared = 0;
-    for (gs__watch_t *other = w->watches; other != NULL; other = other->next)
-      shared |= other->wd == watch->wd;
-    if (!shared)
-      (void)inotify_rm_watch(w->inotify_fd, watch->wd);
+    // A handle whose init failed is not registered with the loop.
     free(watch->path);
     free(watch);
     *uv_error = rc;
     return GS_EUV;
   }
-  watch->timer.data = watch;
-  if (rescan_ms > 0)
-    rc = uv_timer_start(&watch->timer, gs__on_timer, rescan_ms, rescan_ms);
+  watch->event.data = watch;
+  rc = uv_fs_event_start(&watch->event, gs__on_fs_event, path, 0);
+  if (rc == 0 && rescan_ms > 0) {
+    rc = uv_timer_init(&w->loop, &watch->timer);
+    if (rc == 0) {
+      watch->has_timer = 1;
+      watch->timer.data = watch;
+      rc = uv_timer_start(&watch->timer, gs__on_timer, rescan_ms, rescan_ms);
+    }
+  }
   if (rc != 0) {
-    gs__close_watch(w, watch, NULL);  // not in the list yet
+    // Initialised handles must be closed before the memory can go.
+    gs__close_watch(watch, NULL);
     *uv_error = rc;
     return GS_EUV;
   }
@@ -388,7 +306,7 @@ static int gs__do_remove(gs_watcher_t *w, uint64_t watch_id, gs__cmd_t *cmd) {
   gs__lock(w);
   w->count--;
   gs__unlock(w);
-  gs__close_watch(w, watch, cmd);
+  gs__close_watch(watch, cmd);
   return GS_OK;
 }
 
@@ -400,10 +318,8 @@ static void gs__do_stop(gs_watcher_t *w) {
     gs__lock(w);
     w->count--;
     gs__unlock(w);
-    gs__close_watch(w, watch, NULL);
+    gs__close_watch(watch, NULL);
   }
-  if (w->inotify_fd >= 0 && !uv_is_closing((uv_handle_t *)&w->inotify_poll))
-    uv_close((uv_handle_t *)&w->inotify_poll, gs__on_inotify_close);
   uv_close((uv_handle_t *)&w->async, NULL);
 }
 
@@ -507,7 +423,6 @@ int gs_watcher_create(gs_watch_cb callback, void *context,
     return GS_ENOMEM;
   w->callback = callback;
   w->context = context;
-  w->inotify_fd = -1;
 
   int result = GS_ENOMEM;
   int rc;
@@ -577,8 +492,8 @@ int gs_watcher_add(gs_watcher_t *watcher, const char *path,
       return GS_ECLOSED;
     return gs__do_add(watcher, path, rescan_ms, flags, watch_id, uv_error);
   }
-  gs__cmd_t cmd = {.kind = GS__CMD_ADD, .path = path, .rescan_ms = rescan_ms,
-                   .flags = flags};
+  gs__cmd_t cmd = {
+      .kind = GS__CMD_ADD, .path = path, .rescan_ms = rescan_ms, .flags = flags};
   int rc = gs__submit(watcher, &cmd);
   *watch_id = rc == GS_OK ? cmd.watch_id : 0;
   *uv_error = rc == GS_EUV ? cmd.uv_error : 0;

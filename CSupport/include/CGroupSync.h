@@ -4,7 +4,7 @@
 //  - capture: SQLite hooks that record (table, operation, rowid) for every
 //    row a transaction changes, handed over only once it commits;
 //  - watcher: one libuv loop on its own thread that watches folders with
-//    inotify (polled by the loop) and calls back on every event.
+//    uv_fs_event (inotify) and calls back on every event.
 //
 // Conventions (libuv's): every public symbol is prefixed `gs_`; handles are
 // opaque with create/close pairs; functions return 0 on success or a
@@ -184,8 +184,9 @@ typedef struct gs_watcher_s gs_watcher_t;
 /// What a watch asks for (`flags` of gs_watcher_add).
 enum {
   /// Only entries that appear in the folder (created, linked, moved in),
-  /// and the folder itself going away (reported as GS_EVENT_RESCAN):
-  /// removals and changes of entries wake nobody.
+  /// and the folder itself removed (reported as GS_EVENT_RESCAN): removals
+  /// and changes of entries wake nobody (one lstat on the loop thread
+  /// tells an arrival from a removal).
   GS_WATCH_ARRIVALS = 1,
 };
 
@@ -195,9 +196,10 @@ enum {
   GS_EVENT_RENAME = 1,
   /// An entry changed (libuv's UV_CHANGE).
   GS_EVENT_CHANGE = 2,
-  /// The periodic rescan timer fired, events were lost (IN_Q_OVERFLOW), or
-  /// the folder itself was removed or moved; `filename` is NULL. Events
-  /// are hints: rescan the folder.
+  /// The periodic rescan timer fired, or (GS_WATCH_ARRIVALS) the folder
+  /// itself was removed; `filename` is NULL. inotify can drop events
+  /// (IN_Q_OVERFLOW, which libuv ignores), so events are hints and folders
+  /// are rescanned.
   GS_EVENT_RESCAN = 4,
   /// The watch failed (`status` holds the uv error); it stays registered.
   GS_EVENT_ERROR = 8,
@@ -220,8 +222,7 @@ int gs_watcher_create(gs_watch_cb callback, void *_Nullable context,
 /// (0: never); `flags` 0 reports every change, GS_WATCH_ARRIVALS only new
 /// entries. Callable from any thread; waits until the watch is running
 /// or failed. `*watch_id` is passed to every callback of this watch.
-/// On an inotify or libuv failure returns GS_EUV and stores the uv code
-/// (a negated errno) in `*uv_error`.
+/// On a libuv failure returns GS_EUV and stores the uv code in `*uv_error`.
 int gs_watcher_add(gs_watcher_t *watcher, const char *path,
                    uint64_t rescan_ms, unsigned flags, uint64_t *watch_id,
                    int *uv_error);
