@@ -408,7 +408,7 @@ public final class Listener: @unchecked Sendable {
       if handOver.closed { return nil }
       for stream in streams { stream.acknowledgeAutomatically() }
       for stream in streams {
-        if let expired = stream.takeExpiry() { return .reset(expired) }
+        if let expired = stream.takeExpiry() { return delivered(.reset(expired), by: stream) }
       }
       for stream in streams {
         if let event = stream.replay(inbox: folders.inbox) { return delivered(event, by: stream) }
@@ -424,7 +424,7 @@ public final class Listener: @unchecked Sendable {
       if handOver.rescan || handOver.storeCheck {
         for stream in streams {
           if let reason = stream.checkStore(folder: folders.folder) {
-            return .reset(stream.reset(reason, inbox: folders.inbox))
+            return delivered(.reset(stream.reset(reason, inbox: folders.inbox)), by: stream)
           }
         }
       }
@@ -452,14 +452,14 @@ public final class Listener: @unchecked Sendable {
       case .success(let changeSet):
         nextStream = (nextStream + offset + 1) % streams.count
         return delivered(.changes(stream.accept(changeSet)), by: stream)
-      case .failure(let reason): return .reset(stream.reset(reason, inbox: folders.inbox))
+      case .failure(let reason): return delivered(.reset(stream.reset(reason, inbox: folders.inbox)), by: stream)
       case nil: continue  // gone meanwhile; rescan decides
       }
     }
     return nil
   }
 
-  /// Notes what `stream` delivered, for the watcher thread.
+  /// Notes where `stream` is after an event, for the watcher thread.
   private func delivered(_ event: ListenerEvent, by stream: StoreStream) -> ListenerEvent {
     if stream === streams[0] { deliveredThrough.store(stream.nextSequence, ordering: .relaxed) }
     return event
