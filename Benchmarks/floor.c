@@ -17,7 +17,7 @@
 // publish time (CLOCK_MONOTONIC around write + links), in nanoseconds; and
 // the watchers' CPU time (getrusage, user + system) summed over watchers.
 //
-// Links nothing but libc. Build: cc -O2 -o floor floor.c
+// Links nothing but libc. Build: cc -O2 -o floor floor.c (with children.h beside it)
 //
 // Usage: floor --dir DIR --watchers N --count K [--interval-us U]
 //              [--mode link|rename] [--warmup W] [--tmp TMPDIR] [--stopped]
@@ -55,6 +55,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "children.h"
+
 #define MAX_WATCHERS 256
 #define FILE_SIZE 200
 #define NAME_DIGITS 12
@@ -62,12 +64,6 @@
 static void die(const char *what) {
   fprintf(stderr, "floor: %s: %s\n", what, strerror(errno));
   exit(2);
-}
-
-static int64_t now_ns(clockid_t clock) {
-  struct timespec ts;
-  clock_gettime(clock, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 static void message_name(char *out, size_t size, long seq) {
@@ -330,22 +326,7 @@ int main(int argc, char **argv) {
   }
 
   // Watchers exit once they saw every message; give up after a minute.
-  int64_t deadline = now_ns(CLOCK_MONOTONIC) + 60 * 1000000000LL;
-  int failed = 0;
-  for (int w = 0; w < watchers; w++) {
-    int status;
-    for (;;) {
-      pid_t done = waitpid(pids[w], &status, WNOHANG);
-      if (done == pids[w]) break;
-      if (now_ns(CLOCK_MONOTONIC) > deadline) {
-        kill(pids[w], SIGKILL);
-        waitpid(pids[w], &status, 0);
-        break;
-      }
-      usleep(1000);
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
-  }
+  int failed = wait_children(pids, watchers, 60);
   if (failed) {
     fprintf(stderr, "floor: %d watcher(s) failed or timed out\n", failed);
     return 1;

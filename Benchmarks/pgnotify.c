@@ -37,18 +37,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "children.h"
+
 #define MAX_LISTENERS 64
 
 static void die(const char *what, PGconn *connection) {
   fprintf(stderr, "pgnotify: %s: %s\n", what,
           connection ? PQerrorMessage(connection) : strerror(errno));
   exit(2);
-}
-
-static int64_t now_ns(clockid_t clock) {
-  struct timespec ts;
-  clock_gettime(clock, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 static PGconn *connect_or_die(const char *conninfo) {
@@ -172,22 +168,7 @@ int main(int argc, char **argv) {
   }
   PQfinish(writer);
 
-  int64_t deadline = now_ns(CLOCK_MONOTONIC) + 60 * 1000000000LL;
-  int failed = 0;
-  for (int l = 0; l < listeners; l++) {
-    int status = 0;
-    for (;;) {
-      pid_t done = waitpid(pids[l], &status, WNOHANG);
-      if (done == pids[l]) break;
-      if (now_ns(CLOCK_MONOTONIC) > deadline) {
-        kill(pids[l], SIGKILL);
-        waitpid(pids[l], &status, 0);
-        break;
-      }
-      usleep(1000);
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
-  }
+  int failed = wait_children(pids, listeners, 60);
   if (failed) {
     fprintf(stderr, "pgnotify: %d listener(s) failed or timed out\n", failed);
     return 1;
