@@ -380,4 +380,31 @@ struct ContextStoresTests {
     #expect(extra.isGone, "the new file has no such table")
     #expect(throws: ContextError.self) { try context.existingObject(with: seedID(1, "extra")) }
   }
+
+  @Test func aControllerWhoseTableVanishesIsEmptiedAndMergesGoOn() throws {
+    let context = Context(group)
+    let controller = try ResultsController(context: context, request: FetchRequest(table: "extra", store: "seed"))
+    var reported: [ResultsChange] = []
+    controller.onChange { reported.append($0) }
+    #expect(controller.count == 1 && controller.error == nil)
+
+    // The seed file replaced by one without the table.
+    try Self.makeSeed(folder.child("seed-v2.db"), templates: [1: "soup"], extra: false)
+    try group.installReadOnlyStore(named: "seed", from: folder.child("seed-v2.db"))
+    let reset = ListenerEvent.reset(Reset(reason: "replaced", sequence: 0, store: "seed", storeID: seed.storeID))
+    try context.merge(reset)
+    #expect(controller.count == 0)
+    #expect(controller.error != nil)
+    #expect(reported.last?.difference.removals.count == 1, "the row's removal is reported")
+
+    // Merges go on: another store's change set, then the table back.
+    let (_, changeSet) = try group.store.writeAndReturnChangeSet { db in
+      try db.execute(sql: "UPDATE item SET name = 'x' WHERE id = 1")
+    }
+    try context.merge(try #require(changeSet))
+    try group.installReadOnlyStore(named: "seed", from: folder.child("seed-v1.db"))
+    try context.merge(reset)
+    #expect(controller.count == 1 && controller.error == nil)
+    #expect(controller.objectIDs == [seedID(1, "extra")])
+  }
 }

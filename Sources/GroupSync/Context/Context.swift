@@ -350,7 +350,7 @@ public final class Context {
       try reread(rowIDsByTable, in: try store(withID: id))
     }
     for controller in liveControllers() where storeID == nil || controller.store.storeID == storeID {
-      try controller.performFetch(notify: true)
+      try controller.refetch()
     }
     notify(changes)
     return changes

@@ -79,6 +79,39 @@ public final class ResultsController {
   }
 
   /// Re-runs the whole request; `notify`: report the difference.
+  /// Why the request could not run when the list was last brought up to
+  /// date after a reset or an invalidated table: its table or a column is
+  /// gone (a read-only store replaced by a file without them, a table
+  /// dropped). The list is empty meanwhile and the next reset or change of
+  /// the table tries again; merges go on.
+  public private(set) var error: (any Error)?
+
+  /// Runs the request again after a reset or an invalidated table: a
+  /// request that no longer runs empties the list and is kept in `error`
+  /// instead of ending the caller's merge.
+  func refetch() throws {
+    do {
+      try performFetch(notify: true)
+      error = nil
+    } catch let failure where Self.isSchemaError(failure) {
+      error = failure
+      let old = rowIDs
+      rowIDs = []
+      keys = []
+      keysByRowID = [:]
+      report(from: old, changed: [])
+    }
+  }
+
+  /// A table or column the request needs is missing.
+  private static func isSchemaError(_ error: any Error) -> Bool {
+    switch error {
+    case ContextError.invalidRequest: true
+    case let error as DatabaseError: error.resultCode == .SQLITE_ERROR
+    default: false
+    }
+  }
+
   func performFetch(notify: Bool) throws {
     let tables = context.tables(store)
     let (rows, others, table) = try store.read { db in
@@ -103,8 +136,10 @@ public final class ResultsController {
     guard changeSet.storeID == store.storeID else { return }
     let touched = changeSet.tables[table]
     let othersChanged = otherTables.contains { changeSet.tables[$0] != nil || changeSet.invalidatedTableNames.contains($0) }
-    if changeSet.invalidatedTableNames.contains(table) || othersChanged || (request.limit != nil && touched != nil) {
-      return try performFetch(notify: true)
+    if changeSet.invalidatedTableNames.contains(table) || othersChanged || (request.limit != nil && touched != nil)
+      || error != nil
+    {
+      return try refetch()
     }
     guard let touched else { return }
     let changed = Array(Set(touched.inserted + touched.updated)).sorted()
