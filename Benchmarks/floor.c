@@ -17,7 +17,7 @@
 // publish time (CLOCK_MONOTONIC around write + links), in nanoseconds; and
 // the watchers' CPU time (getrusage, user + system) summed over watchers.
 //
-// Links nothing but libc. Build: cc -O2 -o floor floor.c (with children.h beside it)
+// Links nothing but libc. Build: cc -O2 -o floor floor.c (with measure.h beside it)
 //
 // Usage: floor --dir DIR --watchers N --count K [--interval-us U]
 //              [--mode link|rename] [--warmup W] [--tmp TMPDIR] [--stopped]
@@ -55,7 +55,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "children.h"
+#include "measure.h"
 
 #define MAX_WATCHERS 256
 #define FILE_SIZE 200
@@ -140,6 +140,18 @@ static void usage(void) {
           "usage: floor --dir DIR --watchers N --count K [--interval-us U] "
           "[--mode link|rename] [--warmup W] [--tmp TMPDIR] [--stopped]\n");
   exit(64);
+}
+
+// Removes the (empty) watched folders, the floor's own tmp folder if it
+// made one, and the run's folder.
+static void remove_folders(const char *dir, int watchers, const char *own_tmp) {
+  char path[PATH_MAX];
+  for (int w = 0; w < watchers; w++) {
+    snprintf(path, sizeof path, "%s/w%d", dir, w);
+    rmdir(path);
+  }
+  if (own_tmp != NULL) rmdir(own_tmp);
+  rmdir(dir);
 }
 
 int main(int argc, char **argv) {
@@ -316,12 +328,7 @@ int main(int argc, char **argv) {
     printf("{\"sustained\":true,\"watchers\":%d,\"window\":%ld,\"messages\":%ld,"
            "\"seconds\":%.6f,\"messagesPerSecond\":%.1f,\"maxBacklog\":%ld}\n",
            watchers, window, messages, seconds, messages / seconds, max_backlog);
-    for (int w = 0; w < watchers; w++) {
-      snprintf(path, sizeof path, "%s/w%d", dir, w);
-      rmdir(path);
-    }
-    if (!tmp) rmdir(own_tmp);
-    rmdir(dir);
+    remove_folders(dir, watchers, tmp ? NULL : own_tmp);
     return 0;
   }
 
@@ -332,29 +339,10 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  printf("{\"mode\":\"%s\",\"watchers\":%d,\"count\":%ld,\"intervalUs\":%ld,\"latencyNs\":[",
+  printf("{\"mode\":\"%s\",\"watchers\":%d,\"count\":%ld,\"intervalUs\":%ld,",
          rename_mode ? "rename" : "link", watchers, count, interval_us);
-  for (long seq = warmup; seq < total; seq++) {
-    int64_t last = 0;
-    for (int w = 0; w < watchers; w++) {
-      int64_t at = delivered[(size_t)w * total + seq];
-      if (at > last) last = at;
-    }
-    printf("%s%lld", seq == warmup ? "" : ",", (long long)(last - published[seq]));
-  }
-  printf("],\"publishNs\":[");
-  for (long seq = warmup; seq < total; seq++)
-    printf("%s%lld", seq == warmup ? "" : ",", (long long)publish_ns[seq]);
-  int64_t cpu = 0;
-  for (int w = 0; w < watchers; w++) cpu += delivered[(size_t)watchers * total + w];
-  printf("],\"watcherCpuNs\":%lld,\"messagesPerWatcher\":%ld}\n", (long long)cpu, total);
+  print_measurements(delivered, watchers, total, warmup, published, publish_ns);
 
-  // Leave the folders empty for the next run.
-  for (int w = 0; w < watchers; w++) {
-    snprintf(path, sizeof path, "%s/w%d", dir, w);
-    rmdir(path);
-  }
-  if (!tmp) rmdir(own_tmp);
-  rmdir(dir);
+  remove_folders(dir, watchers, tmp ? NULL : own_tmp);  // empty for the next run
   return 0;
 }

@@ -37,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "children.h"
+#include "measure.h"
 
 #define MAX_LISTENERS 64
 
@@ -174,21 +174,7 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  printf("{\"watchers\":%d,\"count\":%ld,\"intervalUs\":%ld,\"latencyNs\":[",
-         listeners, count, interval_us);
-  for (long seq = warmup; seq < total; seq++) {
-    int64_t last = 0;
-    for (int l = 0; l < listeners; l++) {
-      int64_t at = delivered[(size_t)l * total + seq];
-      if (at > last) last = at;
-    }
-    printf("%s%lld", seq == warmup ? "" : ",", (long long)(last - committed[seq]));
-  }
-  printf("],\"publishNs\":[");
-  for (long seq = warmup; seq < total; seq++)
-    printf("%s%lld", seq == warmup ? "" : ",", (long long)commit_ns[seq]);
-  int64_t cpu = 0;
-  for (int l = 0; l < listeners; l++) cpu += delivered[(size_t)listeners * total + l];
-  printf("],\"watcherCpuNs\":%lld,\"messagesPerWatcher\":%ld}\n", (long long)cpu, total);
+  printf("{\"watchers\":%d,\"count\":%ld,\"intervalUs\":%ld,", listeners, count, interval_us);
+  print_measurements(delivered, listeners, total, warmup, committed, commit_ns);
   return 0;
 }
