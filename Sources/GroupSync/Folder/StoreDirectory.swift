@@ -75,17 +75,18 @@ final class StoreDirectory: Sendable {
     if name == GroupLayout.mainStoreName { return main }
     guard GroupLayout.isValidStoreName(name) else { throw GroupSyncError.invalidStoreName(name) }
     if let store = opened.withLock({ $0[name] }) { return store }
-    let folder = try storesFolder(create: create)
+    guard let folder = try storesFolder(create: create) else { throw GroupSyncError.unknownStore(name) }
     let readOnlyName = GroupLayout.storeFileName(name, readOnly: true)
     let writableName = GroupLayout.storeFileName(name, readOnly: false)
+    let hasWritable = folder.identity(of: writableName) != nil
     let store: Store
-    if let folder, folder.identity(of: writableName) != nil || (create && folder.identity(of: readOnlyName) == nil) {
+    if hasWritable || (create && folder.identity(of: readOnlyName) == nil) {
       // SQLite follows symlinks: only a regular file of the group folder.
-      if folder.identity(of: writableName) != nil { _ = try folder.openFile(writableName, O_RDONLY) }
+      if hasWritable { _ = try folder.openFile(writableName, O_RDONLY) }
       store = try Self.openWritable(
         name, path: layout.storePath(name, readOnly: false), root: root, fanOut: fanOut,
         configuration: configuration, options: options)
-    } else if let folder, folder.identity(of: readOnlyName) != nil {
+    } else if folder.identity(of: readOnlyName) != nil {
       let file = try ReadOnlyStoreFile(folder: folder, fileName: readOnlyName, configuration: configuration)
       store = Store(readOnly: name, file: file, storeID: try readOnlyStoreID(name))
     } else {

@@ -418,7 +418,7 @@ public final class Listener: @unchecked Sendable {
       }
       for hint in handOver.hints { self.stream(named: hint.store)?.track(hint.sequence) }
       if handOver.rescan, let reset = checkFolders() { return .reset(reset) }
-      if handOver.rescan || handOver.storeCheck, let reset = discoverStores() { return .reset(reset) }
+      if handOver.rescan || handOver.storeCheck { discoverStores() }
       // A window ran dry while more waits beyond it: list the inbox again.
       if handOver.rescan || streams.contains(where: \.needsRefill), let reset = scanInbox() { return .reset(reset) }
       if handOver.rescan || handOver.storeCheck {
@@ -500,10 +500,10 @@ public final class Listener: @unchecked Sendable {
 
   /// On each rescan tick: a store created since the listener started gets
   /// a stream (from its first change set on).
-  private func discoverStores() -> Reset? {
+  private func discoverStores() {
     guard let entries = try? directory.entries(), entries.count != streams.count
       || zip(entries, streams).contains(where: { $0.name != $1.store })
-    else { return nil }
+    else { return }
     for entry in entries where stream(named: entry.name) == nil {
       do {
         let store = try directory.store(named: entry.name)
@@ -517,7 +517,6 @@ public final class Listener: @unchecked Sendable {
         }
       }
     }
-    return nil
   }
 
   /// On each rescan tick: are `listeners/`, the listener's folder and its
@@ -581,7 +580,7 @@ public final class Listener: @unchecked Sendable {
         if stream == nil && !rediscovered {
           // A store made after the listener started, maybe: look once.
           rediscovered = true
-          _ = discoverStores()
+          discoverStores()
           stream = self.stream(named: store)
         }
         guard let stream else {

@@ -198,7 +198,7 @@ final class StoreStream {
   /// Change set `sequence`, read from the store's history, or the reset
   /// that says why it cannot be.
   private func fromHistory(_ sequence: Int64, inbox: SafeDirectory) -> ListenerEvent {
-    guard let reader else { return .reset(reset("no history", inbox: inbox)) }
+    guard let reader else { return .reset(reset("read-only store '\(store)' has no history", inbox: inbox)) }
     do {
       guard let entry = try reader.historyEntry(sequence) else {
         let oldest = try reader.oldestHistorySequence()
