@@ -40,6 +40,22 @@ struct ExactCaptureTests {
       sql: "DROP TABLE t; CREATE TABLE t(id INTEGER PRIMARY KEY, v); INSERT INTO t(id, v) VALUES (1, 'new')",
       invalidated: ["t"]),
     Expected(sql: "CREATE TABLE fresh(x); INSERT INTO fresh(rowid, x) VALUES (5, 'y')", invalidated: ["fresh"]),
+    // A TEMP table named like a table of the store: SQLite resolves `t` to
+    // it, so its rows are this connection's own and never reported; the
+    // store's `main.t` rows are, each in its own category.
+    Expected(
+      sql: """
+        CREATE TEMP TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, v); INSERT INTO t(id, v) VALUES (1, 'tmp'), (10, 'tmp');
+        INSERT INTO main.t(id, v) VALUES (10, 'x'); UPDATE main.t SET v = 'z' WHERE id = 2; DELETE FROM main.t WHERE id = 3;
+        UPDATE t SET v = 'tmp2'; DELETE FROM t WHERE id = 1
+        """,
+      inserted: [10], updated: [2], deleted: [3]),
+    Expected(
+      sql: """
+        CREATE TEMP TABLE t(id INTEGER PRIMARY KEY, v); INSERT INTO main.t(id, v) VALUES (4, 'x');
+        SAVEPOINT s; DELETE FROM main.t WHERE id = 1; ROLLBACK TO s; RELEASE s; DROP TABLE temp.t
+        """,
+      inserted: [4], updated: [1]),
   ]
 
   @Test(arguments: examples)
@@ -191,6 +207,36 @@ struct ExactCaptureTests {
     }
     #expect(changeSet?.tables["u"] == nil, "rows undone by the failed statement are not reported")
     #expect(changeSet?.tables["t"]?.updated == [2])
+  }
+
+  @Test func aTempTableKeptByTheWriterConnectionNeverShadowsTheStoresTable() throws {
+    let folder = try TemporaryFolder()
+    let group = try GroupFolder(path: folder.child("group"))
+    try group.store.write { try $0.execute(sql: Self.schema) }
+    // The TEMP table outlives its transaction on the store's writer
+    // connection: every later transaction resolves `t` to it.
+    try group.store.write { db in
+      try db.execute(sql: "CREATE TEMP TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, v)")
+      try db.execute(sql: "INSERT INTO t(id, v) VALUES (2, 'tmp'), (3, 'tmp'), (7, 'tmp')")
+    }
+    let (_, changeSet) = try group.store.writeAndReturnChangeSet { db in
+      // 9 is not in the TEMP table, 3 is: a check that read `t` would
+      // lose the insert and take the delete for an update.
+      try db.execute(sql: "INSERT INTO main.t(id, v) VALUES (9, 'x'), (8, 'y')")
+      try db.execute(sql: "DELETE FROM main.t WHERE id = 8")  // net nothing
+      try db.execute(sql: "UPDATE main.t SET v = 'z' WHERE id = 2")
+      try db.execute(sql: "DELETE FROM main.t WHERE id = 3")
+      try db.execute(sql: "UPDATE t SET v = 'tmp2' WHERE id = 7")  // the TEMP table's row
+    }
+    let tables = try #require(changeSet).tables
+    #expect(tables["t"]?.inserted == [9])
+    #expect(tables["t"]?.updated == [2])
+    #expect(tables["t"]?.deleted == [3])
+    // Only TEMP rows: nothing of the store changed, nothing to report.
+    let (_, none) = try group.store.writeAndReturnChangeSet { try $0.execute(sql: "DELETE FROM t") }
+    #expect(none == nil)
+    let stored = try group.store.read { try Int64.fetchAll($0, sql: "SELECT id FROM main.t ORDER BY id") }
+    #expect(stored == [1, 2, 9])
   }
 
   @Test func virtualTablesAreReportedUnderTheirOwnNames() throws {

@@ -170,6 +170,9 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   }
 
   func databaseDidChange(with event: DatabaseEvent) {
+    // A `temp` table's rows are this connection's alone, even when its
+    // name is a table of the store's.
+    guard event.databaseName == "main" else { return }
     if event.tableName == Store.migrationsTable {
       migrationRecorded = isMigrating
       return

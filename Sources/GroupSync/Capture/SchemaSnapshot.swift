@@ -230,7 +230,7 @@ struct SchemaSnapshot {
   /// column names (its rows cannot be checked, only invalidated).
   static func rowIDName(of table: TableName, _ db: Database) throws -> String? {
     let columns = Set(
-      try String.fetchAll(db, sql: "SELECT lower(name) FROM pragma_table_xinfo(?)", arguments: [table.name]))
+      try String.fetchAll(db, sql: "SELECT lower(name) FROM pragma_table_xinfo(?, 'main')", arguments: [table.name]))
     return ["rowid", "_rowid_", "oid"].first { !columns.contains($0) }
   }
 

@@ -75,14 +75,14 @@ final class WriterStatements {
   func schemaVersion() throws -> Int64 { try run(cached("PRAGMA schema_version")) ?? 0 }
 
   func lastSequence() throws -> Int64 {
-    try run(cached("SELECT coalesce(max(seq), 0) FROM \(StoreState.historyTable)")) ?? 0
+    try run(cached("SELECT coalesce(max(seq), 0) FROM main.\(StoreState.historyTable)")) ?? 0
   }
 
   /// Appends a history entry (see ``StoreState``), keeping the caller's
   /// `last_insert_rowid`.
   func appendHistory(_ changeSet: ChangeSet, payload: [UInt8], author: String?) throws {
     let statement = try cached(
-      "INSERT INTO \(StoreState.historyTable)(seq, committed_at, author, pid, payload) VALUES (?, ?, ?, ?, ?)")
+      "INSERT INTO main.\(StoreState.historyTable)(seq, committed_at, author, pid, payload) VALUES (?, ?, ?, ?, ?)")
     let savedRowID = sqlite3_last_insert_rowid(connection)
     sqlite3_bind_int64(statement, 1, changeSet.sequence)
     sqlite3_bind_int64(statement, 2, changeSet.committedAtNanoseconds)
@@ -117,8 +117,8 @@ final class WriterStatements {
         return nil
       }
       existence[table] = (
-        try prepare("SELECT \(rowID) FROM \(table.quoted) WHERE \(rowID) BETWEEN ? AND ?"),
-        try prepare("SELECT \(rowID) FROM \(table.quoted) WHERE \(rowID) IN (SELECT value FROM json_each(?))")
+        try prepare("SELECT \(rowID) FROM \(table.qualified) WHERE \(rowID) BETWEEN ? AND ?"),
+        try prepare("SELECT \(rowID) FROM \(table.qualified) WHERE \(rowID) IN (SELECT value FROM json_each(?))")
       )
     }
     guard let (range, list) = existence[table], let range, let list else { return nil }

@@ -11,6 +11,7 @@ final class TableInfoCache {
     let name: String
     /// `_rowid_`, `rowid` or `oid`: the first that is not a column name.
     let rowIDName: String
+    /// Quoted and in schema `main` (never a `temp` table of the same name).
     let quotedName: String
   }
 
@@ -40,7 +41,7 @@ final class TableInfoCache {
       throw ContextError.invalidRequest("every rowid alias of '\(table.name)' of store '\(storeName)' is a column name")
     }
     let name: String = entry[2]
-    let info = Info(name: name, rowIDName: alias, quotedName: TableName(name).quoted)
+    let info = Info(name: name, rowIDName: alias, quotedName: TableName(name).qualified)
     infos[table] = info
     return info
   }

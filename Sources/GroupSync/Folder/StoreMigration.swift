@@ -142,12 +142,12 @@ struct MigrationPlan: Sendable {
   }
 
   var selectSQL: String {
-    "SELECT \(copiedNames.joined(separator: ", ")) FROM \(TableName(name).quoted)"
+    "SELECT \(copiedNames.joined(separator: ", ")) FROM main.\(TableName(name).quoted)"
       + (hasRowID ? " ORDER BY \(rowIDName)" : "")
   }
 
   var insertSQL: String {
-    "INSERT INTO \(TableName(name).quoted)(\(copiedNames.joined(separator: ", "))) VALUES ("
+    "INSERT INTO main.\(TableName(name).quoted)(\(copiedNames.joined(separator: ", "))) VALUES ("
       + Array(repeating: "?", count: copiedNames.count).joined(separator: ", ") + ")"
   }
 

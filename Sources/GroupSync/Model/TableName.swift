@@ -28,4 +28,9 @@ public struct TableName: Hashable, Comparable, Sendable, ExpressibleByStringLite
   /// The name as an SQL identifier: in double quotes, each double quote
   /// doubled. (GRDB's `quotedDatabaseIdentifier` leaves quotes as they are.)
   var quoted: String { SQLIdentifier.quoted(name) }
+
+  /// The name in schema `main`: SQLite resolves an unqualified name to a
+  /// `temp` table of the same name first, which must never stand in for
+  /// the store's own.
+  var qualified: String { "main." + quoted }
 }
