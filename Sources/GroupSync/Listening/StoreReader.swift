@@ -37,6 +37,16 @@ final class StoreReader {
     }
   }
 
+  /// When change set `sequence` was committed (ns since 1970), or nil if
+  /// the history does not hold it.
+  func committedAt(_ sequence: Int64) throws -> Int64? {
+    try queue.read { db in
+      try Int64.fetchOne(
+        db.cachedStatement(sql: "SELECT committed_at FROM \(StoreState.historyTable) WHERE seq = ?"),
+        arguments: [sequence])
+    }
+  }
+
   /// History entries after `sequence`, oldest first.
   func historyEntries(after sequence: Int64, limit: Int) throws -> [HistoryEntry] {
     try queue.read { try History.entries(after: sequence, limit: limit, path: path, $0) }

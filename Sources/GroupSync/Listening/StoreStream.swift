@@ -28,7 +28,9 @@ final class StoreStream {
   private(set) var inboxSequences = Set<Int64>()
   private(set) var moreBeyondWindow = false
   static let window: Int64 = 4096
+  /// When the missing change set `gapSequence` is read from the history.
   private var gapDeadline: ContinuousClock.Instant?
+  private var gapSequence: Int64 = 0
   /// The store's last sequence as read on the last rescan tick.
   private var storeSequence: Int64 = 0
   /// What the last foreign-writer check saw.
@@ -185,14 +187,34 @@ final class StoreStream {
       return nil
     }
     let now = ContinuousClock.now
-    guard let deadline = gapDeadline else {
-      gapDeadline = now + options.gracePeriod
-      wake(options.gracePeriod)
-      return nil
+    if gapDeadline == nil || gapSequence != nextSequence {
+      // The grace period is the missing change set's own: it runs from its
+      // commit, not from when this listener got to it, so that G change
+      // sets lost together cost one grace period, not G in a row.
+      gapSequence = nextSequence
+      let deadline = now + graceLeft(for: nextSequence)
+      gapDeadline = deadline
+      if deadline > now {
+        wake(deadline - now)
+        return nil
+      }
     }
-    guard now >= deadline else { return nil }
+    guard let deadline = gapDeadline, now >= deadline else { return nil }
     gapDeadline = nil
     return fromHistory(nextSequence, inbox: inbox)
+  }
+
+  /// How much of the grace period change set `sequence` has left: the
+  /// whole of it, less the time since its history row says it committed.
+  /// A sequence the history does not hold (not committed, as a forged
+  /// file claims, or purged) gets the whole period: `fromHistory` then
+  /// says why it cannot be read.
+  private func graceLeft(for sequence: Int64) -> Duration {
+    let grace = options.gracePeriod
+    guard let committedAt = try? reader?.committedAt(sequence) else { return grace }
+    let age = Duration.nanoseconds(Store.nowNanoseconds() &- committedAt)
+    // A clock set back makes a commit look younger: never wait past grace.
+    return age >= grace ? .zero : (age < .zero ? grace : grace - age)
   }
 
   /// Change set `sequence`, read from the store's history, or the reset
