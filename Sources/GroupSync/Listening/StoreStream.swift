@@ -19,6 +19,7 @@ final class StoreStream {
   private let readOnlyFile: ReadOnlyStoreFile?
   private var fileIdentity: FileIdentity?
   let cursor: DurableCursor?
+  private let storePath: String
 
   /// The sequence the stream started after.
   private(set) var startSequence: Int64 = 0
@@ -33,8 +34,10 @@ final class StoreStream {
   private var gapSequence: Int64 = 0
   /// The store's last sequence as read on the last rescan tick.
   private var storeSequence: Int64 = 0
-  /// What the last foreign-writer check saw.
+  /// What the last foreign-writer check saw, and the WAL's commit counter
+  /// read just before it.
   private var dataVersion: (version: Int64, sequence: Int64)?
+  private var commitCounter: UInt32?
   /// Durable only: change sets up to this one are replayed from the
   /// history at once, without waiting for files.
   private var replayThrough: Int64 = 0
@@ -54,6 +57,7 @@ final class StoreStream {
     self.listener = listener
     self.options = options
     self.cursor = cursor
+    storePath = store.path
     if let file = store.readOnlyFile {
       readOnlyFile = file
       reader = nil
@@ -64,6 +68,7 @@ final class StoreStream {
     readOnlyFile = nil
     let reader = try StoreReader(path: store.path)
     self.reader = reader
+    commitCounter = WALCommitCounter.read(storePath: store.path)
     let (version, sequence) = try reader.dataVersionAndSequence()
     startSequence = fromStart ? 0 : sequence
     dataVersion = (version, sequence)
@@ -262,6 +267,7 @@ final class StoreStream {
       if let cursor { try? cursor.write(fileIdentity.map(Self.fingerprint) ?? 0) }
       return Reset(reason: reason, sequence: 0, store: store, storeID: storeID)
     }
+    let counter = WALCommitCounter.read(storePath: storePath)
     let current = try? reader?.dataVersionAndSequence()
     let sequence = current?.1 ?? nextSequence
     nextSequence = max(nextSequence, sequence + 1)
@@ -271,6 +277,7 @@ final class StoreStream {
     replayBuffer = []
     gapDeadline = nil
     dataVersion = current.map { ($0.0, $0.1) }
+    commitCounter = counter
     inboxSequences.removeAll()
     moreBeyondWindow = false
     return Reset(reason: reason, sequence: nextSequence - 1, store: store, storeID: storeID)
@@ -313,10 +320,25 @@ final class StoreStream {
       guard now != fileIdentity else { return nil }
       return now == nil ? "read-only store '\(store)' was removed" : "read-only store '\(store)' was replaced"
     }
+    // The counter is read before the snapshot (the next check's baseline)
+    // and after it: every commit the snapshot holds that the last one did
+    // not falls between the last check's first read and this one's second.
+    let counterBefore = WALCommitCounter.read(storePath: storePath)
     guard let (version, sequence) = try? reader?.dataVersionAndSequence() else { return nil }
+    let counterAfter = WALCommitCounter.read(storePath: storePath)
     storeSequence = sequence
-    defer { dataVersion = (version, sequence) }
+    let lastCounter = commitCounter
+    defer {
+      dataVersion = (version, sequence)
+      commitCounter = counterBefore
+    }
     guard let last = dataVersion, version != last.version, sequence == last.sequence else { return nil }
+    if let lastCounter, let counterAfter, counterAfter == lastCounter {
+      // The wal-index header changed, yet nobody committed: a GroupSync
+      // writer restarted the WAL and then rolled back or died.
+      Logger.groupSync.info("listener '\(listener)': '\(store)' moved without a commit (a writer rolled back or died)")
+      return nil
+    }
     Logger.groupSync.warning("listener '\(listener)': a commit without a change set (foreign writer) seen in '\(store)'")
     ForeignCommit.record(in: folder, sequence: sequence)
     return "the store changed without a change set (a program that does not use GroupSync, or VACUUM)"
