@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GroupSyncProcess
 import Testing
 
 @testable import GroupSync
@@ -250,6 +251,67 @@ struct HostileFolderTests {
     try await expectDelivery(listener, written)
   }
 
+  /// A flood dropped while a listener process consumes (it rescans many
+  /// times during it) is one act: one reset, a cleared inbox, and
+  /// delivery as before.
+  @Test func aFloodDroppedWhileTheListenerRunsIsOneReset() async throws {
+    let folder = try TemporaryFolder()
+    let (directory, group) = try await makeGroup(folder)
+    let watch = try await ProcessHarness.startWatch([directory, "--name", "victim", "--json", "--grace-ms", "200"])
+    defer { watch.signal(SIGKILL) }
+    let inbox = group.layout.inbox("victim")
+    for index in 0..<100_000 {
+      let fd = open(inbox + "/junk-\(index)", O_CREAT | O_WRONLY, 0o644)
+      if fd >= 0 { close(fd) }
+    }
+    try await waitUntil("the inbox is cleared", timeout: .seconds(60)) { ProcessHarness.entries(inbox).isEmpty }
+    let written = try await ProcessHarness.exec(directory, Self.insert)
+    try await waitUntil("the next change set is delivered", timeout: .seconds(20)) {
+      watch.stdout.contains("\"seq\":\(written[0].seq)")
+    }
+    let lines = try jsonLines(String(watch.stdout.prefix(through: watch.stdout.lastIndex(of: "\n")!)))
+    let resets = lines.filter { $0["reset"] != nil }
+    #expect(resets.count == 1, "\(resets.count) resets: \(resets.prefix(3))")
+    #expect(lines.last?["reset"] == nil)
+  }
+
+  /// Forged change sets (valid names, junk inside, sequences the store
+  /// never reached) dropped one after another: one reset, and the real
+  /// change sets committed meanwhile all arrive, in order.
+  @Test func forgedChangeSetsDroppedOneAfterAnotherAreOneReset() async throws {
+    let folder = try TemporaryFolder()
+    let (directory, group) = try await makeGroup(folder)
+    let watch = try await ProcessHarness.startWatch([directory, "--name", "victim", "--json", "--grace-ms", "200"])
+    defer { watch.signal(SIGKILL) }
+    let inbox = group.layout.inbox("victim")
+    let staging = folder.child("staging")
+    try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
+    var committed: [ChangeSetLine] = []
+    for round in 0..<30 {
+      let sequence = try await ProcessHarness.status(directory).sequence
+      // A junk file for the next sequence, and forged ones far beyond.
+      for offset: Int64 in [1, 50, 5000] {
+        try ProcessHarness.placeAtomically(
+          Array("junk \(round)".utf8), at: inbox + "/" + GroupLayout.fileName(sequence: sequence + offset), staging: staging)
+      }
+      if round % 3 == 0 { committed += try await ProcessHarness.exec(directory, Self.insert) }
+      try await Task.sleep(for: .milliseconds(50))
+    }
+    let last = try await ProcessHarness.exec(directory, Self.insert)
+    committed += last
+    try await waitUntil("the last change set is delivered", timeout: .seconds(20)) {
+      watch.stdout.contains("\"seq\":\(last[0].seq)")
+    }
+    let lines = try jsonLines(String(watch.stdout.prefix(through: watch.stdout.lastIndex(of: "\n")!)))
+    let resets = lines.filter { $0["reset"] != nil }
+    #expect(resets.count == 1, "\(resets.count) resets: \(resets.prefix(3))")
+    // After the one reset, every later commit arrives, in order.
+    let resetAt = (resets.first?["seq"] as? NSNumber)?.int64Value ?? 0
+    let delivered = lines.compactMap { $0["reset"] == nil ? ($0["seq"] as? NSNumber)?.int64Value : nil }
+    let expected = committed.map(\.seq).filter { $0 > resetAt }
+    #expect(Array(delivered.drop { $0 <= resetAt }) == expected)
+  }
+
   @Test func listingTwoThousandEntriesReadsEachNameWithinItsLength() throws {
     // Under AddressSanitizer (make test), a copy of d_name past a short
     // entry at the end of readdir's buffer is a heap-buffer-overflow.
@@ -326,5 +388,69 @@ struct HostileFolderTests {
     let written = try await ProcessHarness.exec(directory, repeat: 2, Self.insert)
     try await expectDelivery(listener, written)
     #expect(await ListenerHarness.next(listener, timeout: .milliseconds(600)) == nil)
+  }
+
+  /// What moves `PRAGMA data_version` without a commit: a checkpoint that
+  /// restarts the WAL (TRUNCATE), and a GroupSync writer killed inside a
+  /// transaction that spilled into a WAL it had just restarted. Neither is
+  /// a foreign commit; the listener stays quiet, and a real foreign commit
+  /// after them is still told.
+  @Test func aRestartedWALWithoutACommitIsNotAForeignCommit() async throws {
+    let folder = try TemporaryFolder()
+    let (directory, group) = try await makeGroup(folder)
+    let listener = try group.listen(as: "live", options: Self.options)
+    defer { listener.close() }
+    var configuration = Configuration()
+    configuration.busyMode = .timeout(10)
+    let other = try DatabaseQueue(path: group.layout.store, configuration: configuration)
+
+    // 1. A checkpoint that empties and restarts the WAL.
+    let first = try await ProcessHarness.exec(directory, Self.insert)
+    try await expectDelivery(listener, first)
+    let headerBefore = try await walIndexHeader(group)
+    try await other.writeWithoutTransaction { _ = try Row.fetchAll($0, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+    #expect(try await walIndexHeader(group) != headerBefore, "the checkpoint rewrote the wal-index header")
+    #expect(await ListenerHarness.next(listener, timeout: .milliseconds(700)) == nil, "a checkpoint is no commit")
+
+    // 2. A writer that restarted the WAL (all of it was checkpointed) and
+    // spilled its pages into it, killed before its COMMIT.
+    for round in 0..<3 {
+      let written = try await ProcessHarness.exec(directory, Self.insert)
+      try await expectDelivery(listener, written)
+      try await other.writeWithoutTransaction { _ = try Row.fetchAll($0, sql: "PRAGMA wal_checkpoint(PASSIVE)") }
+      let before = try await walIndexHeader(group)
+      var environment = ProcessInfo.processInfo.environment
+      environment["GROUPSYNC_FAILPOINT"] = "stop-before-commit"
+      let writer = try ChildProcess(
+        executable: CLI.executable,
+        arguments: [
+          "exec", directory, "PRAGMA cache_size = 2",
+          "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 400) "
+            + "INSERT INTO items(body) SELECT hex(randomblob(400)) FROM n",
+        ],
+        environment: environment, name: "writer killed before COMMIT")
+      try await waitUntil("the writer stopped before its COMMIT (round \(round))", timeout: .seconds(30)) {
+        CrashCampaignTests.isStopped(writer.pid)
+      }
+      writer.signal(SIGKILL)
+      _ = writer.finish(timeout: 10)
+      #expect(try await walIndexHeader(group) != before, "round \(round): the killed writer rewrote the wal-index header")
+      #expect(await ListenerHarness.next(listener, timeout: .milliseconds(700)) == nil, "round \(round): nobody committed")
+    }
+    #expect(try await other.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM items") } == 4)
+
+    // 3. A foreign commit after all this is still one.
+    try await other.write { try $0.execute(sql: "INSERT INTO items(body) VALUES ('sneaky')") }
+    let reset = try await ListenerHarness.nextReset(listener, timeout: .seconds(5))
+    #expect(reset.reason.contains("without a change set"))
+    let written = try await ProcessHarness.exec(directory, Self.insert)
+    try await expectDelivery(listener, written)
+  }
+
+  /// The main store's wal-index header (its first copy): what a reader
+  /// compares to decide whether `PRAGMA data_version` moves.
+  private func walIndexHeader(_ group: GroupFolder) async throws -> [UInt8] {
+    let shm = try Data(contentsOf: URL(fileURLWithPath: group.layout.store + "-shm"))
+    return Array(shm.prefix(48))
   }
 }

@@ -195,6 +195,7 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
     if isFallback && writtenTables.count != sequencedWrittenTables && prepared == nil {
       throw GroupSyncError.unsequencedCommit
     }
+    Failpoint.stop(if: Failpoint.stopBeforeCommit)
   }
 
   func databaseDidCommit(_ db: Database) {

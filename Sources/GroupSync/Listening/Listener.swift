@@ -83,6 +83,8 @@ public final class Listener: @unchecked Sendable {
   /// Swapped with `Shared.hintedSequences` so that neither is copied.
   private var spareHints: [(store: String, sequence: Int64)] = []
   private var folders: Folders
+  /// One reset per act of bad input in the inbox, shared with the streams.
+  private let hostileActs: HostileActs
 
   /// The listener's folders, reopened when something replaced them.
   private struct Folders {
@@ -99,6 +101,7 @@ public final class Listener: @unchecked Sendable {
     group = directory.layout
     root = directory.root
     self.options = options
+    hostileActs = HostileActs(quiet: max(options.rescanInterval * 2, .seconds(1)))
     self.removeFolderOnClose = ephemeral || options.removeFolderOnClose
     let listeners = try Self.ownedFolder(GroupLayout.listenersFolder, in: root, listener: name)
     let folder = try Self.ownedFolder(name, in: listeners, listener: name)
@@ -143,7 +146,8 @@ public final class Listener: @unchecked Sendable {
     } else {
       cursor = try DurableCursor(file: folders.folder, store: store.name)
     }
-    return try StoreStream(store: store, listener: name, options: options, cursor: cursor, fromStart: fromStart)
+    return try StoreStream(
+      store: store, listener: name, options: options, cursor: cursor, hostileActs: hostileActs, fromStart: fromStart)
   }
 
   deinit { close() }
@@ -452,7 +456,15 @@ public final class Listener: @unchecked Sendable {
       case .success(let changeSet):
         nextStream = (nextStream + offset + 1) % streams.count
         return delivered(.changes(stream.accept(changeSet)), by: stream)
-      case .failure(let reason): return delivered(.reset(stream.reset(reason, inbox: folders.inbox)), by: stream)
+      case .failure(let reason):
+        guard hostileActs.continues() else {
+          return delivered(.reset(stream.reset(reason, inbox: folders.inbox)), by: stream)
+        }
+        // The act was answered already: the file is gone, the change set
+        // is read from the history (the truth) without another reset.
+        Logger.groupSync.warning("listener '\(name)': \(reason); removed (bad input again)")
+        if let event = stream.readFromHistory(inbox: folders.inbox) { return delivered(event, by: stream) }
+        continue
       case nil: continue  // gone meanwhile; rescan decides
       }
     }
@@ -567,6 +579,7 @@ public final class Listener: @unchecked Sendable {
     var waitingCount = 0
     for stream in streams { stream.forgetInbox() }  // the listing is the authority; events are hints
     let inbox = folders.inbox
+    let started = ContinuousClock.now
     var rediscovered = false
     do {
       try inbox.forEachEntry { fileName in
@@ -600,11 +613,19 @@ public final class Listener: @unchecked Sendable {
       return resetAll("cannot list inbox: \(error)")
     }
     if waitingCount > options.maximumBacklog {
-      return resetAll("inbox overflowed: \(waitingCount) change sets waiting (maximum \(options.maximumBacklog))")
+      let reason = "inbox overflowed: \(waitingCount) change sets waiting (maximum \(options.maximumBacklog))"
+      guard hostileActs.continues(lookStarted: started) else { return resetAll(reason) }
+      // Cleared without another reset: what was committed is read from the
+      // history as the gaps it leaves come up.
+      Logger.groupSync.warning("listener '\(name)': \(reason); cleared (bad input again)")
+      try? inbox.forEachEntry { inbox.remove($0) }
+      for stream in streams { stream.forgetInbox() }
     }
     if foreignCount > 0 {
       let more = foreignCount > foreign.count ? " and \(foreignCount - foreign.count) more" : ""
-      return resetAll("foreign entries in inbox, removed: \(foreign.sorted().joined(separator: ", "))\(more)")
+      let reason = "foreign entries in inbox, removed: \(foreign.sorted().joined(separator: ", "))\(more)"
+      guard hostileActs.continues(lookStarted: started) else { return resetAll(reason) }
+      Logger.groupSync.warning("listener '\(name)': \(reason) (bad input again)")
     }
     return nil
   }

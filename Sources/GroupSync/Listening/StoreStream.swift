@@ -20,6 +20,7 @@ final class StoreStream {
   private var fileIdentity: FileIdentity?
   let cursor: DurableCursor?
   private let storePath: String
+  private let hostileActs: HostileActs
 
   /// The sequence the stream started after.
   private(set) var startSequence: Int64 = 0
@@ -51,12 +52,16 @@ final class StoreStream {
   /// Opens the stream of `store`. `fromStart`: deliver every change set
   /// the store has (a store created after the listener started), else
   /// start after its current sequence or a durable place.
-  init(store: Store, listener: String, options: ListenerOptions, cursor: DurableCursor?, fromStart: Bool) throws {
+  init(
+    store: Store, listener: String, options: ListenerOptions, cursor: DurableCursor?, hostileActs: HostileActs,
+    fromStart: Bool
+  ) throws {
     self.store = store.name
     storeID = store.storeID
     self.listener = listener
     self.options = options
     self.cursor = cursor
+    self.hostileActs = hostileActs
     storePath = store.path
     if let file = store.readOnlyFile {
       readOnlyFile = file
@@ -206,7 +211,13 @@ final class StoreStream {
     }
     guard let deadline = gapDeadline, now >= deadline else { return nil }
     gapDeadline = nil
-    return fromHistory(nextSequence, inbox: inbox)
+    return readFromHistory(inbox: inbox)
+  }
+
+  /// The next change set, read from the history now (its file was bad),
+  /// or the reset that says why it cannot be; nil when nothing is due.
+  func readFromHistory(inbox: SafeDirectory) -> ListenerEvent? {
+    fromHistory(nextSequence, inbox: inbox)
   }
 
   /// How much of the grace period change set `sequence` has left: the
@@ -223,8 +234,9 @@ final class StoreStream {
   }
 
   /// Change set `sequence`, read from the store's history, or the reset
-  /// that says why it cannot be.
-  private func fromHistory(_ sequence: Int64, inbox: SafeDirectory) -> ListenerEvent {
+  /// that says why it cannot be; nil when it is not due after all (it
+  /// committed just now, or only forged files claimed it, again).
+  private func fromHistory(_ sequence: Int64, inbox: SafeDirectory) -> ListenerEvent? {
     guard let reader else { return .reset(reset("read-only store '\(store)' has no history", inbox: inbox)) }
     do {
       guard let entry = try reader.historyEntry(sequence) else {
@@ -234,7 +246,19 @@ final class StoreStream {
             "change set \(sequence) did not arrive and the history no longer holds it (oldest \(oldest))", inbox: inbox))
         }
         storeSequence = try reader.sequence()
-        return .reset(reset("change set \(sequence) did not arrive and is not in the history", inbox: inbox))
+        // Committed between the two reads: the next look finds it.
+        if sequence <= storeSequence { return nil }
+        // Not committed: only forged files (or a forged in-process claim)
+        // said it was. An act already answered is cleaned up quietly.
+        guard hostileActs.continues() else {
+          return .reset(reset("change set \(sequence) did not arrive and is not in the history", inbox: inbox))
+        }
+        Logger.groupSync.warning(
+          "listener '\(listener)': files of '\(store)' beyond its sequence \(storeSequence) removed (forged, again)")
+        removeInboxFiles(inbox) { $0 > storeSequence }
+        inboxSequences = inboxSequences.filter { $0 <= storeSequence }
+        moreBeyondWindow = false
+        return nil
       }
       switch entry.changeSet {
       case .success(let changeSet):
@@ -257,11 +281,7 @@ final class StoreStream {
     // List before reading the sequence: a file appears only after its
     // commit, so every file listed now is at or below the sequence read
     // next (covered by the reset), or forged; all of them go.
-    if let inbox {
-      try? inbox.forEachEntry { name in
-        if GroupLayout.storeAndSequence(inFileNameBuffer: name)?.store == store { inbox.remove(name) }
-      }
-    }
+    if let inbox { removeInboxFiles(inbox) { _ in true } }
     if let readOnlyFile {
       fileIdentity = readOnlyFile.identityNow
       if let cursor { try? cursor.write(fileIdentity.map(Self.fingerprint) ?? 0) }
@@ -284,6 +304,17 @@ final class StoreStream {
   }
 
   // MARK: The inbox
+
+  /// Removes the store's files in `inbox` whose sequence `matches`.
+  private func removeInboxFiles(_ inbox: SafeDirectory, where matches: (Int64) -> Bool) {
+    try? inbox.forEachEntry { name in
+      if let (fileStore, sequence) = GroupLayout.storeAndSequence(inFileNameBuffer: name), fileStore == store,
+        matches(sequence)
+      {
+        inbox.remove(name)
+      }
+    }
+  }
 
   /// Notes a change set found in the inbox.
   func track(_ sequence: Int64) {
@@ -325,7 +356,6 @@ final class StoreStream {
     // not falls between the last check's first read and this one's second.
     let counterBefore = WALCommitCounter.read(storePath: storePath)
     guard let (version, sequence) = try? reader?.dataVersionAndSequence() else { return nil }
-    let counterAfter = WALCommitCounter.read(storePath: storePath)
     storeSequence = sequence
     let lastCounter = commitCounter
     defer {
@@ -333,7 +363,7 @@ final class StoreStream {
       commitCounter = counterBefore
     }
     guard let last = dataVersion, version != last.version, sequence == last.sequence else { return nil }
-    if let lastCounter, let counterAfter, counterAfter == lastCounter {
+    if let lastCounter, let counterAfter = WALCommitCounter.read(storePath: storePath), counterAfter == lastCounter {
       // The wal-index header changed, yet nobody committed: a GroupSync
       // writer restarted the WAL and then rolled back or died.
       Logger.groupSync.info("listener '\(listener)': '\(store)' moved without a commit (a writer rolled back or died)")

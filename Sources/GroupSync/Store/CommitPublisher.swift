@@ -43,7 +43,7 @@ final class CommitPublisher: Sendable {
       // Taken, not copied: the queue's buffer is not duplicated per commit.
       var batch: [(changeSet: ChangeSet, encoded: [UInt8], claimed: Bool)] = []
       queue.withLock { swap(&batch, &$0.waiting) }
-      if !batch.isEmpty { Failpoint.stopIfAsked() }
+      if !batch.isEmpty { Failpoint.stop(if: Failpoint.stopAfterCommit) }
       for (changeSet, encoded, claimed) in batch {
         let failures = deliver(changeSet, encoded)
         if !failures.isEmpty {

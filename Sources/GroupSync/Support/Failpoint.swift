@@ -10,13 +10,17 @@ import Glibc
 ///   COMMIT, before publishing the change set: the state a writer
 ///   SIGKILLed right after COMMIT leaves behind, at an instant the test
 ///   chooses (it kills the stopped process).
+/// - `stop-before-commit`: the process stops itself just before COMMIT,
+///   with its transaction's pages maybe already in the WAL (a big one
+///   spills): the state of a writer SIGKILLed inside its transaction.
 enum Failpoint {
   static let stopAfterCommit = value == "stop-after-commit"
+  static let stopBeforeCommit = value == "stop-before-commit"
 
   private static let value: String? = getenv("GROUPSYNC_FAILPOINT").map { String(cString: $0) }
 
-  /// Stops the process here if the failpoint is on.
-  static func stopIfAsked() {
-    if stopAfterCommit { raise(SIGSTOP) }
+  /// Stops the process here if `failpoint` is on.
+  static func stop(if failpoint: Bool) {
+    if failpoint { raise(SIGSTOP) }
   }
 }
