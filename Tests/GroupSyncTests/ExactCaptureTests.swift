@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GroupSyncProcess
 import Testing
 
 @testable import GroupSync
@@ -237,6 +238,35 @@ struct ExactCaptureTests {
     #expect(none == nil)
     let stored = try group.store.read { try Int64.fetchAll($0, sql: "SELECT id FROM main.t ORDER BY id") }
     #expect(stored == [1, 2, 9])
+  }
+
+  /// Across processes, as a user's tool does it: `groupsync exec` makes a
+  /// TEMP table named like the store's and writes `main.t` in the same
+  /// transaction; a `watch` process is told exactly the store's rows.
+  @Test func aTempShadowInAnotherProcessIsReportedExactly() async throws {
+    let folder = try TemporaryFolder()
+    let directory = try await ProcessHarness.initGroup(folder, schema: Self.schema)
+    let watch = try await ProcessHarness.startWatch([directory, "--name", "w", "--json", "--count", "2"])
+    defer { watch.signal(SIGKILL) }
+    let first = try await ProcessHarness.exec(directory, [
+      "CREATE TEMP TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, v)",
+      "INSERT INTO t(id, v) VALUES (2, 'tmp'), (5, 'tmp')",
+      "INSERT INTO main.t(id, v) VALUES (5, 'x')",
+      "DELETE FROM main.t WHERE id = 2",
+      "UPDATE t SET v = 'tmp2' WHERE id = 5",
+    ])
+    let second = try await ProcessHarness.exec(directory, [
+      "CREATE TEMP TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, v)",
+      "INSERT INTO t(id, v) VALUES (6, 'tmp')",
+      "UPDATE main.t SET v = 'y' WHERE id = 3",
+    ])
+    let lines = try jsonLines(try await ProcessHarness.finish(watch, timeout: 20).stdout)
+    #expect(lines.count == 2)
+    #expect(try lines.map { try ChangeSetLine(json: $0) } == first + second)
+    func rows(_ uris: [String]?) -> [String] { (uris ?? []).map { $0.split(separator: "/").suffix(2).joined(separator: "/") } }
+    #expect(rows(first.first?.inserted) == ["t/p5"] && rows(first.first?.deleted) == ["t/p2"])
+    #expect(rows(first.first?.updated) == [])
+    #expect(rows(second.first?.updated) == ["t/p3"] && rows(second.first?.inserted) == [])
   }
 
   @Test func virtualTablesAreReportedUnderTheirOwnNames() throws {

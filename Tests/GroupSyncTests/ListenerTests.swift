@@ -247,16 +247,17 @@ struct ListenerTests {
 
     // Two commits whose writers died before publishing: the store is at
     // start + 2, and only the change set of start + 2 reaches the inbox.
+    // The grace period runs from their commit.
+    let committedAt = ContinuousClock.now
     try ProcessHarness.advanceSequenceWithoutPublishing(store: group.layout.store, by: 2)
     let next = start + 1
     let file = group.layout.inboxFile("gappy", sequence: next + 1)
-    let placedAt = ContinuousClock.now
     try ProcessHarness.placeAtomically(
       ChangeSetEncoding.encode(craftedChangeSet(store: group.store.storeID, sequence: next + 1)), at: file,
       staging: folder.path)
 
     let reset = try await ListenerHarness.nextReset(listener)
-    let waited = ContinuousClock.now - placedAt
+    let waited = ContinuousClock.now - committedAt
     #expect(waited >= Self.options.gracePeriod, "the gap was given its grace period (waited \(waited))")
     #expect(reset.sequence == start + 2, "the reset resumes after the store's sequence: \(reset)")
     #expect(!ProcessHarness.exists(file), "the change set the reset covers is removed")
@@ -267,6 +268,31 @@ struct ListenerTests {
       let changeSet = try await ListenerHarness.nextChanges(listener)
       #expect(ChangeSetLine(changeSet) == line)
     }
+  }
+
+  /// The grace period is the missing change set's own: one committed
+  /// longer ago than it (its writer died after COMMIT while nobody was
+  /// listening for it) is read from the history at once.
+  @Test func aGapCommittedLongerAgoThanTheGracePeriodIsRepairedAtOnce() async throws {
+    let folder = try TemporaryFolder()
+    let directory = try await ProcessHarness.initGroup(folder, schema: Self.schema)
+    let group = try GroupFolder(path: directory, create: false)
+    var options = Self.options
+    options.gracePeriod = .seconds(30)
+    let listener = try group.listen(as: "late", options: options)
+    defer { listener.close() }
+    let orphan = try ProcessHarness.commitWithoutPublishing(
+      store: group.layout.store, committedAtNanoseconds: Store.nowNanoseconds() - 60_000_000_000
+    ) { db in
+      try db.execute(sql: "INSERT INTO items(body) VALUES ('orphan')")
+      return ("items", db.lastInsertedRowID)
+    }
+    let started = ContinuousClock.now
+    let written = try await ProcessHarness.exec(directory, Self.insert)
+    #expect(try await ListenerHarness.nextChanges(listener, timeout: .seconds(20)) == orphan)
+    #expect(ChangeSetLine(try await ListenerHarness.nextChanges(listener, timeout: .seconds(20))) == written[0])
+    let took = ContinuousClock.now - started
+    #expect(took < .seconds(15), "a gap committed a minute ago waited \(took) of its 30 s grace period")
   }
 
   @Test

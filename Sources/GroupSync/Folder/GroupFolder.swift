@@ -98,7 +98,11 @@ public final class GroupFolder: Sendable {
     guard GroupLayout.isValidListenerName(name) else { throw GroupSyncError.invalidListenerName(name) }
     let listeners = try root.child(GroupLayout.listenersFolder, create: true)
     if let folder = try? listeners.child(name, create: false) {
-      if ListenerLock.isHeld(in: folder) { throw GroupSyncError.listenerNameInUse(name) }
+      // Taken, not only tested: no listener starts under this name while
+      // its folder goes, and a lock a child process still shares for a
+      // moment after close (until its exec) is waited for, not refused.
+      let lock = try ListenerLock(in: folder, name: name)
+      defer { lock.release() }
       listeners.remove(name)
     }
     for store in try allStores() where !store.isReadOnly {

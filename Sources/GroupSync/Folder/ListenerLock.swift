@@ -40,7 +40,7 @@ final class ListenerLock: Sendable {
         throw GroupSyncError.system(call: "fcntl(F_OFD_SETLK)", path: folder.path + "/lock", errno: code)
       }
       attempts += 1
-      if attempts > 20 { throw GroupSyncError.listenerNameInUse(name) }
+      if attempts > 60 { throw GroupSyncError.listenerNameInUse(name) }
       usleep(5_000)
     }
     // Record who holds it, for `groupsync status`.

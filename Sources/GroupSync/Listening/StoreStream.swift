@@ -35,10 +35,8 @@ final class StoreStream {
   private var gapSequence: Int64 = 0
   /// The store's last sequence as read on the last rescan tick.
   private var storeSequence: Int64 = 0
-  /// What the last foreign-writer check saw, and the WAL's commit counter
-  /// read just before it.
-  private var dataVersion: (version: Int64, sequence: Int64)?
-  private var commitCounter: UInt32?
+  /// What the last foreign-writer check saw.
+  private var lastSample: StoreSample?
   /// Durable only: change sets up to this one are replayed from the
   /// history at once, without waiting for files.
   private var replayThrough: Int64 = 0
@@ -73,10 +71,9 @@ final class StoreStream {
     readOnlyFile = nil
     let reader = try StoreReader(path: store.path)
     self.reader = reader
-    commitCounter = WALCommitCounter.read(storePath: store.path)
-    let (version, sequence) = try reader.dataVersionAndSequence()
+    let sequence = try reader.sequence()
+    lastSample = sampleStore()
     startSequence = fromStart ? 0 : sequence
-    dataVersion = (version, sequence)
     storeSequence = sequence
     if let cursor { try resume(cursor, storeSequence: sequence) }
     nextSequence = startSequence + 1
@@ -287,17 +284,15 @@ final class StoreStream {
       if let cursor { try? cursor.write(fileIdentity.map(Self.fingerprint) ?? 0) }
       return Reset(reason: reason, sequence: 0, store: store, storeID: storeID)
     }
-    let counter = WALCommitCounter.read(storePath: storePath)
-    let current = try? reader?.dataVersionAndSequence()
-    let sequence = current?.1 ?? nextSequence
+    let sample = sampleStore()
+    let sequence = sample?.sequence ?? nextSequence
     nextSequence = max(nextSequence, sequence + 1)
     storeSequence = nextSequence - 1
     lastDelivered = nextSequence - 1
     replayThrough = 0
     replayBuffer = []
     gapDeadline = nil
-    dataVersion = current.map { ($0.0, $0.1) }
-    commitCounter = counter
+    lastSample = sample?.isUndecided == false ? sample : nil
     inboxSequences.removeAll()
     moreBeyondWindow = false
     return Reset(reason: reason, sequence: nextSequence - 1, store: store, storeID: storeID)
@@ -351,27 +346,52 @@ final class StoreStream {
       guard now != fileIdentity else { return nil }
       return now == nil ? "read-only store '\(store)' was removed" : "read-only store '\(store)' was replaced"
     }
-    // The counter is read before the snapshot (the next check's baseline)
-    // and after it: every commit the snapshot holds that the last one did
-    // not falls between the last check's first read and this one's second.
-    let counterBefore = WALCommitCounter.read(storePath: storePath)
-    guard let (version, sequence) = try? reader?.dataVersionAndSequence() else { return nil }
-    storeSequence = sequence
-    let lastCounter = commitCounter
-    defer {
-      dataVersion = (version, sequence)
-      commitCounter = counterBefore
-    }
-    guard let last = dataVersion, version != last.version, sequence == last.sequence else { return nil }
-    if let lastCounter, let counterAfter = WALCommitCounter.read(storePath: storePath), counterAfter == lastCounter {
-      // The wal-index header changed, yet nobody committed: a GroupSync
-      // writer restarted the WAL and then rolled back or died.
-      Logger.groupSync.info("listener '\(listener)': '\(store)' moved without a commit (a writer rolled back or died)")
+    guard let sample = sampleStore() else { return nil }
+    storeSequence = sample.sequence
+    // Commits were made while the snapshot was read: look again next tick,
+    // against the same baseline.
+    if sample.isUndecided { return nil }
+    let last = lastSample
+    lastSample = sample
+    guard let last, sample.dataVersion != last.dataVersion, sample.sequence == last.sequence else { return nil }
+    if let commits = sample.commits, commits == last.commits {
+      // The wal-index header changed, yet nobody committed: a checkpoint
+      // restarted the WAL, or a writer did and then rolled back or died.
+      Logger.groupSync.info("listener '\(listener)': '\(store)' moved without a commit (a WAL restart)")
       return nil
     }
     Logger.groupSync.warning("listener '\(listener)': a commit without a change set (foreign writer) seen in '\(store)'")
-    ForeignCommit.record(in: folder, sequence: sequence)
+    ForeignCommit.record(in: folder, sequence: sample.sequence)
     return "the store changed without a change set (a program that does not use GroupSync, or VACUUM)"
+  }
+
+  /// What the foreign-writer check compares from one tick to the next.
+  private struct StoreSample {
+    let dataVersion: Int64
+    let sequence: Int64
+    /// The WAL's commit counter as of the snapshot; nil when it cannot be
+    /// read (the check then takes any move of data_version for a commit).
+    let commits: UInt32?
+    /// The counter moved while the snapshot was read, on every try.
+    let isUndecided: Bool
+  }
+
+  /// data_version, the sequence and the commit counter, all as of one
+  /// snapshot: the counter read before and after it agree, so no commit
+  /// fell in between (tried a few times while writers are busy).
+  private func sampleStore() -> StoreSample? {
+    for attempt in 1...4 {
+      let before = WALCommitCounter.read(storePath: storePath)
+      guard let (version, sequence) = try? reader?.dataVersionAndSequence() else { return nil }
+      let after = WALCommitCounter.read(storePath: storePath)
+      guard let before, let after else {
+        return StoreSample(dataVersion: version, sequence: sequence, commits: nil, isUndecided: false)
+      }
+      if before == after || attempt == 4 {
+        return StoreSample(dataVersion: version, sequence: sequence, commits: before, isUndecided: before != after)
+      }
+    }
+    return nil
   }
 
   enum ReadResult {

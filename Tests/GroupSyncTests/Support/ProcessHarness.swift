@@ -117,7 +117,8 @@ enum ProcessHarness {
   /// entry, and publishes nothing: what a writer SIGKILLed right after
   /// COMMIT leaves behind. `body` returns the table and rowid it inserted.
   static func commitWithoutPublishing(
-    store path: String, _ body: @escaping @Sendable (Database) throws -> (String, Int64)
+    store path: String, committedAtNanoseconds: Int64 = Store.nowNanoseconds(),
+    _ body: @escaping @Sendable (Database) throws -> (String, Int64)
   ) throws -> ChangeSet {
     var configuration = Configuration()
     configuration.busyMode = .timeout(10)
@@ -127,7 +128,7 @@ enum ProcessHarness {
       let storeID = try StoreState.readStoreID(db, path: path)
       let sequence = try StoreState.readSequence(db, path: path) + 1
       let changeSet = ChangeSet(
-        storeID: storeID, sequence: sequence, committedAtNanoseconds: Store.nowNanoseconds(), writerProcessID: 4242,
+        storeID: storeID, sequence: sequence, committedAtNanoseconds: committedAtNanoseconds, writerProcessID: 4242,
         tables: [TableName(table): TableChanges(inserted: [rowID])], invalidatedTableNames: [])
       try StoreState.append(changeSet, payload: ChangeSetEncoding.encode(changeSet), author: "killed", db)
       return changeSet
@@ -135,8 +136,9 @@ enum ProcessHarness {
   }
 
   /// Commits directly through SQLite, bypassing the engine: the store's
-  /// sequence moves on by `count` and nothing is published, as if writers
-  /// had died between COMMIT and fan-out.
+  /// sequence moves on by `count` (history rows stamped now, with no change
+  /// set recorded) and nothing is published, as if writers had died between
+  /// COMMIT and fan-out.
   static func advanceSequenceWithoutPublishing(store path: String, by count: Int) throws {
     // A plain GRDB queue: no GroupSync capture, as a foreign program.
     var configuration = Configuration()
@@ -146,8 +148,8 @@ enum ProcessHarness {
       for _ in 0..<count {
         try db.execute(sql: """
           INSERT INTO \(StoreState.historyTable)(seq, committed_at, author, pid, payload)
-          SELECT coalesce(max(seq), 0) + 1, 0, 'test', 0, x'' FROM \(StoreState.historyTable)
-          """)
+          SELECT coalesce(max(seq), 0) + 1, ?, 'test', 0, x'' FROM \(StoreState.historyTable)
+          """, arguments: [Store.nowNanoseconds()])
       }
     }
   }
