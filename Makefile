@@ -44,7 +44,7 @@ test-tsan: deps ## Run the Swift tests under ThreadSanitizer (.build-tsan)
 test-c: deps ## Run the C capture's test and the watcher's stress test under AddressSanitizer
 	@mkdir -p .build
 	cc -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -fsanitize=address,undefined -g \
-	  -I CSupport/include CSupport/capture.c CSupport/errors.c Tests/c/capture_test.c \
+	  -I CSupport/include CSupport/capture.c CSupport/walindex.c CSupport/errors.c Tests/c/capture_test.c \
 	  -lsqlite3 -o .build/capture_test
 	./.build/capture_test
 	cc -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -fsanitize=address,undefined -g \

@@ -19,6 +19,8 @@ const char *gs_strerror(int code) {
       return "no such watch";
     case GS_EUV:
       return "libuv error";
+    case GS_EAGAIN:
+      return "changed while read; try again";
     default:
       // Static, never NULL: callers print it as is.
       return "unknown error";

@@ -39,10 +39,30 @@ enum {
   GS_ECLOSED = -4,     // the handle is closing or closed
   GS_ENOTFOUND = -5,   // no such watch
   GS_EUV = -6,         // libuv failed; the detail is the uv error code
+  GS_EAGAIN = -7,      // a writer was changing it; ask again
 };
 
 /// A static, human-readable description of a GS_E* code.
 const char *gs_strerror(int code);
+
+// MARK: The WAL's commit counter
+
+/// Reads `iChange` of the wal-index header of `db`'s main database: SQLite
+/// moves it by one on every commit and on nothing else (a checkpoint that
+/// restarts the WAL rewrites the header but not the counter), so it tells
+/// a commit from a mere move of `PRAGMA data_version`.
+///
+/// The header is read from the connection's own mapping of the wal-index
+/// (the VFS's xShmMap, reached through SQLITE_FCNTL_FILE_POINTER): no
+/// descriptor of the `-shm` file is opened, since closing one would drop
+/// every POSIX lock the process holds on it, SQLite's included. Its layout
+/// is SQLite's file format (walformat.html): two 48-byte copies, written
+/// second first; equal copies are a consistent header.
+///
+/// Call it on the thread that owns `db`, inside a read transaction.
+/// Returns 0, GS_EAGAIN (torn by a writer: ask again), GS_EINVAL (not a
+/// WAL-mode database with a mapped wal-index) or GS_ESQLITE.
+int gs_wal_commit_counter(sqlite3 *db, uint32_t *counter);
 
 // MARK: Capture
 

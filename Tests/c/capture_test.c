@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int failures = 0;
 
@@ -44,7 +45,48 @@ static size_t rows_of(gs_capture_t *c, const char *name) {
   return found;
 }
 
+// The WAL's commit counter: one per commit, none for a checkpoint that
+// restarts the WAL, read by a second connection from its own mapping.
+static void test_wal_commit_counter(void) {
+  char path[] = "/tmp/gs-walcounter-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  close(fd);
+  sqlite3 *writer, *reader;
+  CHECK(sqlite3_open(path, &writer) == SQLITE_OK);
+  exec(writer, "PRAGMA journal_mode = WAL; CREATE TABLE t(v)");
+  CHECK(sqlite3_open(path, &reader) == SQLITE_OK);
+  uint32_t start = 0, now = 0;
+  exec(reader, "BEGIN; SELECT count(*) FROM t");
+  CHECK(gs_wal_commit_counter(reader, &start) == GS_OK);
+  exec(reader, "COMMIT");
+  exec(writer, "INSERT INTO t VALUES (1); INSERT INTO t VALUES (2)");
+  exec(reader, "BEGIN; SELECT count(*) FROM t");
+  CHECK(gs_wal_commit_counter(reader, &now) == GS_OK);
+  exec(reader, "COMMIT");
+  CHECK(now == start + 2);
+  exec(writer, "PRAGMA wal_checkpoint(TRUNCATE)");
+  exec(reader, "BEGIN; SELECT count(*) FROM t");
+  CHECK(gs_wal_commit_counter(reader, &now) == GS_OK);
+  exec(reader, "COMMIT");
+  CHECK(now == start + 2);
+  // Not WAL: nothing to read.
+  sqlite3 *memory;
+  CHECK(sqlite3_open(":memory:", &memory) == SQLITE_OK);
+  CHECK(gs_wal_commit_counter(memory, &now) == GS_EINVAL);
+  sqlite3_close(memory);
+  sqlite3_close(reader);
+  sqlite3_close(writer);
+  char wal[64], shm[64];
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  snprintf(shm, sizeof shm, "%s-shm", path);
+  unlink(wal);
+  unlink(shm);
+  unlink(path);
+}
+
 int main(void) {
+  test_wal_commit_counter();
   sqlite3 *db;
   CHECK(sqlite3_open(":memory:", &db) == SQLITE_OK);
   exec(db,

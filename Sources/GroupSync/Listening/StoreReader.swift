@@ -21,12 +21,18 @@ final class StoreReader {
 
   func sequence() throws -> Int64 { try queue.read { try StoreState.readSequence($0, path: path) } }
 
-  /// `PRAGMA data_version` (it moves when another connection commits) and
-  /// the last sequence, read together.
-  func dataVersionAndSequence() throws -> (Int64, Int64) {
+  /// `PRAGMA data_version`, the last sequence and the WAL's commit counter,
+  /// all of one snapshot: the counter is read before the snapshot's first
+  /// read and after its last, and kept only when both agree (no commit fell
+  /// in between); nil when they did not or it cannot be read.
+  func sample() throws -> (dataVersion: Int64, sequence: Int64, commits: UInt32?, counterMoved: Bool) {
     try queue.read { db in
-      (try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA data_version")) ?? 0,
-       try StoreState.readSequence(db, path: path))
+      let before = WALCommitCounter.read(db)
+      let version = try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA data_version")) ?? 0
+      let sequence = try StoreState.readSequence(db, path: path)
+      let after = WALCommitCounter.read(db)
+      guard let before, let after else { return (version, sequence, nil, false) }
+      return (version, sequence, before == after ? before : nil, before != after)
     }
   }
 

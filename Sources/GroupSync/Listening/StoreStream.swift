@@ -19,7 +19,6 @@ final class StoreStream {
   private let readOnlyFile: ReadOnlyStoreFile?
   private var fileIdentity: FileIdentity?
   let cursor: DurableCursor?
-  private let storePath: String
   private let hostileActs: HostileActs
 
   /// The sequence the stream started after.
@@ -60,7 +59,6 @@ final class StoreStream {
     self.options = options
     self.cursor = cursor
     self.hostileActs = hostileActs
-    storePath = store.path
     if let file = store.readOnlyFile {
       readOnlyFile = file
       reader = nil
@@ -381,14 +379,11 @@ final class StoreStream {
   /// fell in between (tried a few times while writers are busy).
   private func sampleStore() -> StoreSample? {
     for attempt in 1...4 {
-      let before = WALCommitCounter.read(storePath: storePath)
-      guard let (version, sequence) = try? reader?.dataVersionAndSequence() else { return nil }
-      let after = WALCommitCounter.read(storePath: storePath)
-      guard let before, let after else {
-        return StoreSample(dataVersion: version, sequence: sequence, commits: nil, isUndecided: false)
-      }
-      if before == after || attempt == 4 {
-        return StoreSample(dataVersion: version, sequence: sequence, commits: before, isUndecided: before != after)
+      guard let sample = try? reader?.sample() else { return nil }
+      if !sample.counterMoved || attempt == 4 {
+        return StoreSample(
+          dataVersion: sample.dataVersion, sequence: sample.sequence, commits: sample.commits,
+          isUndecided: sample.counterMoved)
       }
     }
     return nil

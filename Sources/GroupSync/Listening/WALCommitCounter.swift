@@ -1,38 +1,32 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import CGroupSync
+import GRDB
 
-/// The commit counter of a WAL-mode store, read from its wal-index (the
-/// `-shm` file): `iChange` of the header, which SQLite moves by one on
-/// every commit and on nothing else.
+/// The commit counter of a WAL-mode store: `iChange` of its wal-index
+/// header, which SQLite moves by one on every commit and on nothing else.
 ///
 /// `PRAGMA data_version` moves whenever the wal-index header changes, and
-/// that also happens without a commit: a writer that restarts the WAL
-/// (after a full checkpoint) and then rolls back, or is killed, before its
-/// COMMIT leaves new salts behind. Counting commits tells such a writer
-/// from a program that committed without GroupSync.
+/// that also happens without a commit: a checkpoint that restarts the WAL
+/// (`wal_checkpoint(TRUNCATE)`), or a writer that restarts it and then
+/// rolls back or is killed before its COMMIT, leaves new salts behind.
+/// Counting commits tells those from a program that committed without
+/// GroupSync.
 ///
-/// The header's layout is SQLite's documented file format (walformat.html,
-/// "The WAL-Index Header"): two copies of 48 bytes, native byte order,
-/// `iChange` at byte 8, `isInit` at byte 12; SQLite writes the second copy,
-/// then the first, so equal copies are a consistent header.
+/// Read from the connection's own mapping of the wal-index (see
+/// `gs_wal_commit_counter`): opening and closing the `-shm` file here would
+/// drop SQLite's locks on it for the whole process.
 enum WALCommitCounter {
-  /// The counter, or nil when it cannot be read consistently (no `-shm`
-  /// file, not a regular file, not initialised, torn by a writer three
-  /// times in a row): callers then assume a commit.
-  static func read(storePath: String) -> UInt32? {
-    let fd = open(storePath + "-shm", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-    guard fd >= 0 else { return nil }
-    defer { close(fd) }
-    var info = stat()
-    guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
-    var header = [UInt8](repeating: 0, count: 96)
+  /// The counter as `db`'s connection sees the wal-index now, or nil when
+  /// it cannot be read consistently (not WAL, not mapped yet, torn by a
+  /// writer three times in a row): callers then assume a commit.
+  static func read(_ db: Database) -> UInt32? {
+    guard let connection = db.sqliteConnection else { return nil }
+    var counter: UInt32 = 0
     for _ in 0..<3 {
-      let count = header.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 96, 0) }
-      guard count == 96 else { return nil }
-      guard header[0..<48].elementsEqual(header[48..<96]) else { continue }
-      guard header[12] == 1 else { return nil }
-      return header.withUnsafeBytes { $0.load(fromByteOffset: 8, as: UInt32.self) }
+      switch gs_wal_commit_counter(connection, &counter) {
+      case Int32(GS_OK): return counter
+      case Int32(GS_EAGAIN): continue
+      default: return nil
+      }
     }
     return nil
   }
