@@ -112,11 +112,16 @@ struct CrashCampaignTests {
     defer { for child in everyChild { child.signal(SIGKILL) } }
 
     var random = SystemRandomNumberGenerator()
-    let loadEnds = ContinuousClock.now + .seconds(6)
+    // At least 6 s of load, and on until enough writers died both ways
+    // (sanitizer builds start processes slowly), within a cap.
+    let loadStarted = ContinuousClock.now
+    let cap = loadStarted + .seconds(6 * Self.slowdown * 4)
     var writers = (0..<2).map { _ in try? CLI.start(["exec", directory, "--repeat", "1000000", Self.insert]) }
     var stopping: [ChildProcess] = []
     var killedWriters = 0, killedAfterCommit = 0, restartedListeners = 0
-    while ContinuousClock.now < loadEnds {
+    while ContinuousClock.now < cap
+      && (ContinuousClock.now < loadStarted + .seconds(6) || killedAfterCommit <= 10 || killedWriters <= 5)
+    {
       try await Task.sleep(for: .milliseconds(Int.random(in: 20...120, using: &random)))
       // A flat-out writer dies mid-transaction, or between two.
       let w = Int.random(in: 0...1, using: &random)
