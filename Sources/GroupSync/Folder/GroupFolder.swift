@@ -88,7 +88,9 @@ public final class GroupFolder: Sendable {
     if durable && name == nil { throw GroupSyncError.invalidListenerName("(a durable listener needs a name)") }
     let ephemeral = name == nil
     let name = name ?? Self.ephemeralName()
-    return try Listener(directory: directory, name: name, options: options, ephemeral: ephemeral, durable: durable)
+    let listener = try Listener(directory: directory, name: name, options: options, ephemeral: ephemeral, durable: durable)
+    removeDeadEphemeralListeners()
+    return listener
   }
 
   /// Forgets a durable listener that is gone for good, so that retention
@@ -125,8 +127,10 @@ public final class GroupFolder: Sendable {
     GroupNotificationCenter(store: store, hub: noteHub)
   }
 
-  /// The store and every listener folder, live or dead.
+  /// The store and every listener folder, live or dead; the folders that
+  /// ephemeral listeners of dead processes left are removed first.
   public func status() throws -> GroupStatus {
+    removeDeadEphemeralListeners()
     var listeners: [GroupStatus.ListenerStatus] = []
     let listenersFolder = try root.child(GroupLayout.listenersFolder, create: true)
     var names: [String] = []

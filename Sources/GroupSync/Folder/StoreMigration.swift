@@ -112,7 +112,7 @@ struct MigrationPlan: Sendable {
       }
       guard row["type"] == "table" else {
         throw GroupSyncError.invalidStore(
-          path: path, reason: "'\(name)' is a \(row["type"] as String) table, which cannot be copied row by row")
+          path: path, reason: "'\(name)' is not a plain table (its type is \(row["type"] as String)) and cannot be copied row by row")
       }
       let tableName: String = row["name"]
       let hasRowID = (row["wr"] as Int64) == 0
