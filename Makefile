@@ -76,9 +76,10 @@ install: lib ## Install the shared library, its modules (GroupSync, GRDB) and th
 	install -d $(PREFIX)/lib $(PREFIX)/bin $(PREFIX)/include/CGroupSync $(PREFIX)/include/GRDBSQLite $(PREFIX)/lib/swift/linux
 	install -m 755 .build/release/libGroupSyncShared.so $(PREFIX)/lib/
 	install -m 755 .build/release/groupsync $(PREFIX)/bin/
-	# The library links GRDB and swift-log in; their modules are needed to
+	# The library links GRDB, swift-log and swift-metrics in; their modules are needed to
 	# import GroupSync and to use GRDB's API on its store.
 	cp -R .build/release/Modules/GroupSync.swiftmodule .build/release/Modules/GRDB.swiftmodule \
+	  .build/release/Modules/CoreMetrics.swiftmodule .build/release/Modules/Metrics.swiftmodule \
 	  .build/release/Modules/Logging.swiftmodule $(PREFIX)/lib/swift/linux/
 	install -m 644 .build/checkouts/GRDB.swift/Sources/GRDBSQLite/shim.h \
 	  .build/checkouts/GRDB.swift/Sources/GRDBSQLite/module.modulemap $(PREFIX)/include/GRDBSQLite/

@@ -13,6 +13,7 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+    .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
   ],
   targets: [
     .target(
@@ -27,6 +28,7 @@ let package = Package(
         "CGroupSync",
         .product(name: "GRDB", package: "GRDB.swift"),
         .product(name: "Logging", package: "swift-log"),
+        .product(name: "Metrics", package: "swift-metrics"),
       ]
     ),
     // Child processes for the demo, the benchmark and the tests; in no product.
@@ -54,7 +56,13 @@ let package = Package(
     ),
     .testTarget(
       name: "GroupSyncTests",
-      dependencies: ["GroupSync", "CGroupSync", "GroupSyncProcess", .product(name: "GRDB", package: "GRDB.swift")]
+      dependencies: [
+        "GroupSync",
+        "CGroupSync",
+        "GroupSyncProcess",
+        .product(name: "GRDB", package: "GRDB.swift"),
+        .product(name: "MetricsTestKit", package: "swift-metrics"),
+      ]
     ),
   ],
   swiftLanguageModes: [.v6]

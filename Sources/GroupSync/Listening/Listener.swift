@@ -46,6 +46,7 @@ public final class Listener: @unchecked Sendable {
   private let root: SafeDirectory
   private let removeFolderOnClose: Bool
   private let lock: ListenerLock
+  private let metrics: ListenerMetrics
 
   /// What the watcher thread and in-process writers hand over.
   private struct Shared {
@@ -100,6 +101,7 @@ public final class Listener: @unchecked Sendable {
     root = directory.root
     self.options = options
     self.removeFolderOnClose = ephemeral || options.removeFolderOnClose
+    metrics = ListenerMetrics(listener: ephemeral ? GroupSyncMetrics.ephemeralListener : name, factory: options.metricsFactory)
     let listeners = try Self.ownedFolder(GroupLayout.listenersFolder, in: root, listener: name)
     let folder = try Self.ownedFolder(name, in: listeners, listener: name)
     lock = try ListenerLock(in: folder, name: name)
@@ -428,10 +430,12 @@ public final class Listener: @unchecked Sendable {
           }
         }
       }
+      if handOver.rescan { metrics.sample(streams, inProcess: shared.withLock { $0.inProcess.mapValues(\.count) }) }
       if let event = nextReady() { return event }
       for stream in streams {
         let event = stream.checkGap(
           inbox: folders.inbox, laterInProcess: hasLaterInProcess(for: stream), wake: wakeAfterGrace)
+        if case .changes = event { metrics.gapRepaired(stream) }
         if let event { return delivered(event, by: stream) }
       }
       await waitForSignal()
@@ -462,6 +466,7 @@ public final class Listener: @unchecked Sendable {
   /// Notes where `stream` is after an event, for the watcher thread.
   private func delivered(_ event: ListenerEvent, by stream: StoreStream) -> ListenerEvent {
     if stream === streams[0] { deliveredThrough.store(stream.nextSequence, ordering: .relaxed) }
+    metrics.delivered(event, by: stream)
     return event
   }
 
@@ -495,7 +500,9 @@ public final class Listener: @unchecked Sendable {
       shared.inProcessCount = shared.inProcess.values.reduce(0) { $0 + $1.count }
       shared.inProcessRows = shared.inProcess.values.reduce(0) { $0 + $1.values.reduce(0) { $0 + $1.rowCount + 1 } }
     }
-    return Reset(reason: reason, sequence: streams[0].nextSequence - 1)
+    let reset = Reset(reason: reason, sequence: streams[0].nextSequence - 1)
+    metrics.resetAll(reset, streams: streams)
+    return reset
   }
 
   /// On each rescan tick: a store created since the listener started gets

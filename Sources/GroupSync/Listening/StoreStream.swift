@@ -33,7 +33,7 @@ final class StoreStream {
   private var gapDeadline: ContinuousClock.Instant?
   private var gapSequence: Int64 = 0
   /// The store's last sequence as read on the last rescan tick.
-  private var storeSequence: Int64 = 0
+  private(set) var storeSequence: Int64 = 0
   /// What the last foreign-writer check saw, and the WAL's commit counter
   /// read just before it.
   private var dataVersion: (version: Int64, sequence: Int64)?

@@ -1,4 +1,5 @@
 import CGroupSync
+import CoreMetrics
 import Foundation
 import GRDB
 import Logging
@@ -62,6 +63,8 @@ public final class Store: Sendable {
   private let writerPool: DatabasePool?
   let readOnlyFile: ReadOnlyStoreFile?
   private let capture: (observer: CaptureObserver, publisher: CommitPublisher)?
+  /// Writable stores only.
+  private let metrics: StoreMetrics?
   /// The capture's GRDB observer (writable stores only).
   var observer: CaptureObserver { capture!.observer }
   private let closed = Atomic<Bool>(false)
@@ -99,7 +102,9 @@ public final class Store: Sendable {
     }
     let pool = try DatabasePool(path: path, configuration: configuration)
     writerPool = pool
-    let publisher = CommitPublisher(deliver: publish)
+    let metrics = StoreMetrics(store: name, factory: options.metricsFactory)
+    self.metrics = metrics
+    let publisher = CommitPublisher(deliver: publish, metrics: metrics)
     // The bookkeeping row is written before the capture exists: it is
     // GroupSync's own and never reported.
     let storeID = try pool.write { db in try StoreState.setUp(db, path: path) }
@@ -131,6 +136,7 @@ public final class Store: Sendable {
     readOnlyFile = file
     writerPool = nil
     capture = nil
+    metrics = nil
     author = ""
     durableFloor = nil
   }
@@ -241,6 +247,8 @@ public final class Store: Sendable {
   private func transaction<T>(_ db: Database, _ body: (Database) throws -> T) throws -> (T, Int64?) {
     guard !db.isInsideTransaction else { throw GroupSyncError.nestedWrite }
     var output: (T, Int64?)?
+    let start = ContinuousClock.now
+    defer { if output?.1 != nil { metrics?.commitDuration.record(duration: ContinuousClock.now - start) } }
     try db.inTransaction(.immediate) {
       try observer.transactionWillBegin(db)
       let result = try body(db)
@@ -361,6 +369,9 @@ public struct StoreOptions: Sendable {
   /// The author label each change set carries in the history; the
   /// process name by default.
   public var author: String?
+  /// Where the store's metrics go (see ``GroupSyncMetrics``); nil: the
+  /// factory bootstrapped with `MetricsSystem.bootstrap(_:)`.
+  public var metricsFactory: (any MetricsFactory)?
 
   public init() {}
 }
