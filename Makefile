@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CONFIG ?= debug
 BIN = .build/$(CONFIG)/groupsync
 
-.PHONY: help deps build test test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick bench-peers bench-tools pg-start clean
+.PHONY: help deps build docs test test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick bench-peers bench-tools pg-start clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -18,7 +18,17 @@ deps: ## Install libuv and SQLite headers with apt-get if they are missing
 build: deps ## Build the library and the groupsync tool
 	$(SWIFT) build -c $(CONFIG)
 
-test: deps test-c test-swift test-asan test-tsan install-check ## Run every test: C under ASan, Swift (plain, ASan, TSan), install
+test: deps docs test-c test-swift test-asan test-tsan install-check ## Run every test: the docs (warnings are errors), C under ASan, Swift (plain, ASan, TSan), install
+
+# The DocC catalog (Sources/GroupSync/GroupSync.docc) and every symbol's
+# documentation, built with swift-docc-plugin; a broken link or a wrong
+# parameter name is an error. Open .build/docs/GroupSync/index.html through
+# a web server, or `docc preview` the catalog.
+DOCS = .build/docs
+docs: ## Build the DocC documentation into .build/docs/GroupSync (warnings are errors; a few seconds)
+	@mkdir -p $(DOCS)
+	$(SWIFT) package --allow-writing-to-directory $(DOCS) generate-documentation --target GroupSync \
+	  --warnings-as-errors --output-path $(DOCS)/GroupSync --transform-for-static-hosting --hosting-base-path GroupSync
 
 test-swift: deps ## Run the Swift tests (library, CLI across real processes)
 	$(SWIFT) build --build-tests

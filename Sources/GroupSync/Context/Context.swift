@@ -14,7 +14,7 @@ import GRDB
 ///   never touch a file). A reset of one store re-reads only that store's
 ///   objects and results controllers.
 /// - **Edits**: pending over each object's snapshot; ``save()`` is one
-///   ``Store/write(_:)-(Database)->T`` per store with changes, with
+///   `Store.write(_:)` per store with changes, with
 ///   optimistic locking and a ``MergePolicy``.
 /// - **Notifications**: one ``ContextChanges`` per store after each merge
 ///   or save, as ``changes`` (an `AsyncStream`) and ``onChange(_:)``.

@@ -4,7 +4,7 @@ import GRDB
 /// A folder shared by the processes of a group: the SQLite store, and one
 /// inbox per listening process.
 ///
-/// Open it in every process; write through ``store``, and ``listen(as:options:)``
+/// Open it in every process; write through ``store``, and ``listen(as:durable:options:)``
 /// to be told what the other processes commit. For example:
 ///
 /// ```swift
@@ -71,17 +71,26 @@ public final class GroupFolder: Sendable {
 
   /// Starts listening under `name`.
   ///
-  /// - Parameter name: the listener's folder name; 1-64 letters, digits,
-  ///   `-`, `_` or `.`. Without one, a unique name is made up and the
-  ///   folder removed on close.
-  /// - Throws: ``GroupSyncError/listenerNameInUse(_:)`` if a live listener
-  ///   holds the name, ``GroupSyncError/invalidListenerName(_:)``.
+  /// For example:
+  ///
+  /// ```swift
+  /// let listener = try group.listen(as: "indexer", durable: true)
+  /// for await event in listener.events { try await index(event) }
+  /// ```
+  ///
+  /// - Parameters:
+  ///   - name: the listener's folder name; 1-64 letters, digits, `-`, `_`
+  ///     or `.`. Without one, a unique name is made up and the folder
+  ///     removed on close.
   ///   - durable: keep the listener's place while its process is not
   ///     running: on the next start it replays, from the store's history,
   ///     everything committed after the last change set it acknowledged
   ///     (see ``ListenerOptions/acknowledgement``), then goes on live, with
   ///     no gap and no duplicate. If retention purged that place meanwhile,
   ///     its first event is a reset that says the place expired.
+  ///   - options: how the listener behaves.
+  /// - Throws: ``GroupSyncError/listenerNameInUse(_:)`` if a live listener
+  ///   holds the name, ``GroupSyncError/invalidListenerName(_:)``.
   public func listen(
     as name: String? = nil, durable: Bool = false, options: ListenerOptions = ListenerOptions()
   ) throws -> Listener {

@@ -33,9 +33,12 @@ extension GroupFolder {
   /// let newID = migration.objectIDs[oldSeedID]
   /// ```
   ///
-  /// - Parameter tables: the tables to copy; nil: every table of `source`
-  ///   but SQLite's, GroupSync's and GRDB's own, virtual tables and their
-  ///   shadow tables.
+  /// - Parameters:
+  ///   - source: the store to copy from (it is not changed).
+  ///   - target: the writable store to copy into.
+  ///   - tables: the tables to copy; nil: every table of `source` but
+  ///     SQLite's, GroupSync's and GRDB's own, virtual tables and their
+  ///     shadow tables.
   /// - Throws: ``GroupSyncError/readOnlyStore(_:)`` for a read-only target,
   ///   ``GroupSyncError/invalidStore(path:reason:)`` naming the table (and
   ///   row) that cannot be copied; nothing is written then.

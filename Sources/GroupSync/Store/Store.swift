@@ -9,7 +9,7 @@ import Synchronization
 /// writer captures every row a transaction changes, and which publishes the
 /// change set to every listener after COMMIT.
 ///
-/// Read and write with GRDB's API through ``write(_:)`` and ``read(_:)``.
+/// Read and write with GRDB's API through `write(_:)` and `read(_:)`.
 /// One `write` is one `BEGIN IMMEDIATE` transaction; before it commits it
 /// gets its sequence number, and once it committed its change set goes to
 /// every listener of the group. For example:
@@ -173,7 +173,7 @@ public final class Store: Sendable {
   ///
   /// Errors thrown by `body` roll the transaction back. Nest savepoints with
   /// `db.inSavepoint`; do not COMMIT or ROLLBACK inside `body`. A read
-  /// inside `body` (``read(_:)``) sees the store as of the last commit.
+  /// inside `body` (`read(_:)`) sees the store as of the last commit.
   ///
   /// - Returns: what `body` returned.
   /// - Throws: what `body` threw, GRDB's `DatabaseError`, or
@@ -184,7 +184,7 @@ public final class Store: Sendable {
     try writeAndReturnChangeSet(body).result
   }
 
-  /// Like ``write(_:)``, and also returns the change set published, or nil
+  /// Like `write(_:)`, and also returns the change set published, or nil
   /// when the transaction changed no rows.
   public func writeAndReturnChangeSet<T>(
     _ body: (Database) throws -> T
@@ -196,7 +196,7 @@ public final class Store: Sendable {
     return (report.result, report.changeSet)
   }
 
-  /// Like ``write(_:)``, and also says what was committed and which live
+  /// Like `write(_:)`, and also says what was committed and which live
   /// listeners it could not be delivered to (they read it from the
   /// history; nothing is lost, but the caller may want to know).
   public func writeAndReport<T>(_ body: (Database) throws -> T) throws -> WriteReport<T> {
@@ -209,13 +209,13 @@ public final class Store: Sendable {
   }
 
   /// Runs `body` in one transaction, without blocking the calling thread,
-  /// and publishes what it changed. See ``write(_:)``.
+  /// and publishes what it changed. See `write(_:)`.
   @discardableResult
   public func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
     try await writeAndReturnChangeSet(body).result
   }
 
-  /// Like ``write(_:)-(Database)->T``, and also returns the change set
+  /// Like `write(_:)`, and also returns the change set
   /// published.
   public func writeAndReturnChangeSet<T: Sendable>(
     _ body: @escaping @Sendable (Database) throws -> T
@@ -232,7 +232,7 @@ public final class Store: Sendable {
   ///
   /// Statements in `body` that change rows are refused with
   /// ``GroupSyncError/unsequencedCommit`` (each would commit on its own,
-  /// unannounced): change rows with ``write(_:)``.
+  /// unannounced): change rows with `write(_:)`.
   public func writeWithoutTransaction<T>(_ body: (Database) throws -> T) throws -> (result: T, changeSet: ChangeSet) {
     try checkWritable()
     let result = try pool.unsafeReentrantWrite { db in
