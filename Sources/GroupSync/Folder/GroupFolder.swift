@@ -223,9 +223,13 @@ public final class GroupFolder: Sendable {
 /// A snapshot of a group folder, as `groupsync status` prints it. The
 /// top-level store fields are the main store's; ``stores`` has every store.
 public struct GroupStatus: Sendable, Codable, Equatable {
+  /// One folder under `listeners/`.
   public struct ListenerStatus: Sendable, Codable, Equatable {
+    /// The listener's name (its folder's).
     public let name: String
+    /// Whether a running process holds its lock.
     public let isLive: Bool
+    /// The process that holds the lock, as its lock file records it.
     public let processID: Int32?
     /// Change-set files waiting in its inbox.
     public let backlog: Int
@@ -238,35 +242,49 @@ public struct GroupStatus: Sendable, Codable, Equatable {
 
   /// One store of the group.
   public struct StoreStatus: Sendable, Codable, Equatable {
+    /// The store's name (`main` for the group's first store).
     public let name: String
+    /// The store's UUID, as object IDs name it.
     public let storeID: UUID
+    /// The store's file.
     public let path: String
+    /// Whether it is a read-only store, replaced as a whole.
     public let isReadOnly: Bool
     /// The last sequence number committed (0 for a read-only store).
     public let sequence: Int64
+    /// What its history holds.
     public let history: HistoryStatus
     /// A read-only store's file: its size and when it was installed.
     public let fileSize: Int64?
+    /// When a read-only store's file was installed.
     public let fileModified: Date?
   }
 
+  /// The group folder.
   public let path: String
+  /// The main store's UUID.
   public let storeID: UUID
   /// The last sequence number committed.
   public let sequence: Int64
+  /// Whether the capture uses SQLite's pre-update hook (false: GRDB's
+  /// observer, the fallback that cannot see rows deleted by REPLACE).
   public let usesPreUpdateHook: Bool
   /// What the store's history holds.
   public let history: HistoryStatus
   /// The last commit a listener saw that came without a change set.
   public let lastForeignCommit: ForeignCommit?
+  /// Every folder under `listeners/`, by name.
   public let listeners: [ListenerStatus]
   /// Every store: the main store first, then by name.
   public let stores: [StoreStatus]
 
+  /// What a store's history holds.
   public struct HistoryStatus: Sendable, Codable, Equatable {
-    /// The oldest and newest sequence numbers held (0 when empty).
+    /// The oldest sequence number held (0 when empty).
     public let oldest: Int64
+    /// The newest sequence number held (0 when empty).
     public let newest: Int64
+    /// How many change sets it holds.
     public let count: Int64
     /// The payloads' total size.
     public let bytes: Int64

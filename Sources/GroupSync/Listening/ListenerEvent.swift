@@ -73,6 +73,7 @@ public struct ListenerOptions: Sendable {
   /// factory bootstrapped with `MetricsSystem.bootstrap(_:)`.
   public var metricsFactory: (any MetricsFactory)?
 
+  /// The default options.
   public init() {}
 }
 

@@ -39,16 +39,27 @@ import CoreMetrics
 /// - ``lagSeconds``: how long ago the change set just delivered committed
 ///   (a gauge).
 public enum GroupSyncMetrics {
+  /// Change sets committed and published (counter; `store`).
   public static let changeSetsPublished = "groupsync_change_sets_published_total"
+  /// Deliveries to live listeners that failed (counter; `store`).
   public static let deliveriesFailed = "groupsync_deliveries_failed_total"
+  /// Rows named per change set (recorder; `store`).
   public static let captureRows = "groupsync_capture_rows"
+  /// A `Store.write` transaction, from its start to COMMIT (timer; `store`).
   public static let commitDuration = "groupsync_commit_duration"
+  /// The fan-out of one change set (timer; `store`).
   public static let publishDuration = "groupsync_publish_duration"
+  /// Change sets delivered (counter; `listener`, `store`).
   public static let changeSetsDelivered = "groupsync_change_sets_delivered_total"
+  /// Resets (counter; `listener`, `store`, `reason`).
   public static let resets = "groupsync_resets_total"
+  /// Missing change sets read from the history (counter; `listener`, `store`).
   public static let gapRepairs = "groupsync_gap_repairs_total"
+  /// Change sets waiting for a listener (gauge; `listener`, `store`).
   public static let backlog = "groupsync_listener_backlog"
+  /// Sequence numbers a listener is behind its store (gauge; `listener`, `store`).
   public static let lagSequences = "groupsync_listener_lag_sequences"
+  /// Age of the change set a listener just delivered, in seconds (gauge; `listener`, `store`).
   public static let lagSeconds = "groupsync_listener_lag_seconds"
 
   /// The value of the `listener` dimension of a listener started without

@@ -373,5 +373,6 @@ public struct StoreOptions: Sendable {
   /// factory bootstrapped with `MetricsSystem.bootstrap(_:)`.
   public var metricsFactory: (any MetricsFactory)?
 
+  /// The default options.
   public init() {}
 }
