@@ -81,7 +81,7 @@ demo: deps ## The main job: listener and writer processes on a fresh group folde
 lib: deps ## Build libGroupSyncShared.so (release)
 	$(SWIFT) build -c release --product GroupSyncShared
 
-install: lib ## Install the shared library, its modules (GroupSync, GRDB) and the CLI under PREFIX
+install: lib ## Install the shared library, its modules (GroupSync, GRDB, swift-log, swift-metrics) and the CLI under PREFIX
 	$(SWIFT) build -c release --product groupsync
 	install -d $(PREFIX)/lib $(PREFIX)/bin $(PREFIX)/include/CGroupSync $(PREFIX)/include/GRDBSQLite $(PREFIX)/lib/swift/linux
 	install -m 755 .build/release/libGroupSyncShared.so $(PREFIX)/lib/
