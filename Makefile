@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CONFIG ?= debug
 BIN = .build/$(CONFIG)/groupsync
 
-.PHONY: help deps build test test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick bench-peers bench-tools pg-start clean
+.PHONY: help deps build docs test test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick bench-peers bench-tools pg-start clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -18,7 +18,17 @@ deps: ## Install libuv and SQLite headers with apt-get if they are missing
 build: deps ## Build the library and the groupsync tool
 	$(SWIFT) build -c $(CONFIG)
 
-test: deps test-c test-swift test-asan test-tsan install-check ## Run every test: C under ASan, Swift (plain, ASan, TSan), install
+test: deps docs test-c test-swift test-asan test-tsan install-check ## Run every test: the docs (warnings are errors), C under ASan, Swift (plain, ASan, TSan), install
+
+# The DocC catalog (Sources/GroupSync/GroupSync.docc) and every symbol's
+# documentation, built with swift-docc-plugin; a broken link or a wrong
+# parameter name is an error. Open .build/docs/GroupSync/index.html through
+# a web server, or `docc preview` the catalog.
+DOCS = .build/docs
+docs: ## Build the DocC documentation into .build/docs/GroupSync (warnings are errors; a few seconds)
+	@mkdir -p $(DOCS)
+	$(SWIFT) package --allow-writing-to-directory $(DOCS) generate-documentation --target GroupSync \
+	  --warnings-as-errors --output-path $(DOCS)/GroupSync --transform-for-static-hosting --hosting-base-path GroupSync
 
 test-swift: deps ## Run the Swift tests (library, CLI across real processes)
 	$(SWIFT) build --build-tests
@@ -71,14 +81,15 @@ demo: deps ## The main job: listener and writer processes on a fresh group folde
 lib: deps ## Build libGroupSyncShared.so (release)
 	$(SWIFT) build -c release --product GroupSyncShared
 
-install: lib ## Install the shared library, its modules (GroupSync, GRDB) and the CLI under PREFIX
+install: lib ## Install the shared library, its modules (GroupSync, GRDB, swift-log, swift-metrics) and the CLI under PREFIX
 	$(SWIFT) build -c release --product groupsync
 	install -d $(PREFIX)/lib $(PREFIX)/bin $(PREFIX)/include/CGroupSync $(PREFIX)/include/GRDBSQLite $(PREFIX)/lib/swift/linux
 	install -m 755 .build/release/libGroupSyncShared.so $(PREFIX)/lib/
 	install -m 755 .build/release/groupsync $(PREFIX)/bin/
-	# The library links GRDB and swift-log in; their modules are needed to
+	# The library links GRDB, swift-log and swift-metrics in; their modules are needed to
 	# import GroupSync and to use GRDB's API on its store.
 	cp -R .build/release/Modules/GroupSync.swiftmodule .build/release/Modules/GRDB.swiftmodule \
+	  .build/release/Modules/CoreMetrics.swiftmodule .build/release/Modules/Metrics.swiftmodule \
 	  .build/release/Modules/Logging.swiftmodule $(PREFIX)/lib/swift/linux/
 	install -m 644 .build/checkouts/GRDB.swift/Sources/GRDBSQLite/shim.h \
 	  .build/checkouts/GRDB.swift/Sources/GRDBSQLite/module.modulemap $(PREFIX)/include/GRDBSQLite/

@@ -8,11 +8,17 @@ let package = Package(
     // The same library as a shared object, for `make lib` and `make install`.
     .library(name: "GroupSyncShared", type: .dynamic, targets: ["GroupSync"]),
     .executable(name: "groupsync", targets: ["groupsync"]),
+    // Listeners, durable consumers and the GRDB relay as swift-service-lifecycle
+    // services: a product of its own, so the core library's users don't build it.
+    .library(name: "GroupSyncServices", targets: ["GroupSyncServices"]),
   ],
   dependencies: [
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+    .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+    .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+    .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
   ],
   targets: [
     .target(
@@ -27,6 +33,15 @@ let package = Package(
         "CGroupSync",
         .product(name: "GRDB", package: "GRDB.swift"),
         .product(name: "Logging", package: "swift-log"),
+        .product(name: "Metrics", package: "swift-metrics"),
+      ]
+    ),
+    .target(
+      name: "GroupSyncServices",
+      dependencies: [
+        "GroupSync",
+        .product(name: "GRDB", package: "GRDB.swift"),
+        .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
       ]
     ),
     // Child processes for the demo, the benchmark and the tests; in no product.
@@ -54,7 +69,16 @@ let package = Package(
     ),
     .testTarget(
       name: "GroupSyncTests",
-      dependencies: ["GroupSync", "CGroupSync", "GroupSyncProcess", .product(name: "GRDB", package: "GRDB.swift")]
+      dependencies: [
+        "GroupSync",
+        "GroupSyncServices",
+        "CGroupSync",
+        "GroupSyncProcess",
+        .product(name: "GRDB", package: "GRDB.swift"),
+        .product(name: "MetricsTestKit", package: "swift-metrics"),
+        .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+      ]
     ),
   ],
   swiftLanguageModes: [.v6]

@@ -151,7 +151,8 @@ import GroupSyncProcess
     #expect(try Set(runPythonReader(["history", group.layout.store, String(history.sequence)])) == expected(history))
   }
 
-  /// The README's reader, verbatim.
+  /// The reader of the "Folder layout and file formats" article
+  /// (Sources/GroupSync/GroupSync.docc), verbatim.
   static let pythonReader = """
     import sqlite3, sys, urllib.parse, uuid
 

@@ -166,10 +166,46 @@ struct DefaultsAcrossProcessesTests {
     let missing = try await ProcessHarness.run(["defaults", directory, "get", "nope", "--suite", "ui"])
     #expect(missing.status == 2)
     let badType = try await ProcessHarness.run(["defaults", directory, "set", "n", "x", "--type", "int"])
-    #expect(badType.status != 0 && badType.stderr.contains("is not a int"))
+    #expect(badType.status != 0 && badType.stderr.contains("'x' is not an int"), "\(badType.stderr)")
     let json = try await ProcessHarness.run(["defaults", directory, "set", "size", #"{"w": 3, "ok": true}"#, "--type", "json"])
     #expect(json.status == 0)
     #expect(try group.defaults(suite: "default").value(forKey: "size") == .dictionary(["w": .int(3), "ok": .bool(true)]))
+  }
+
+  @Test func listPrintsArraysDictionariesAndCodableValuesAsJSON() async throws {
+    let folder = try TemporaryFolder()
+    let directory = try await ProcessHarness.initGroup(folder, schema: "CREATE TABLE t(x);")
+    let defaults = try GroupFolder(path: directory, create: false).defaults(suite: "default")
+    let nested: DefaultsValue = .dictionary([
+      "a": .array([.int(1), .int(2)]), "b \"q\"": .string("x/y\n"), "c": .data(Data([1, 2])), "d": .double(0.5),
+      "e": .bool(false),
+    ])
+    try defaults.set(nested, forKey: "nested")
+    try defaults.set(.array([.string("one"), .dictionary([:])]), forKey: "list")
+    try defaults.set(.string("plain"), forKey: "text")
+    let list = try await ProcessHarness.run(["defaults", directory, "list"])
+    #expect(list.status == 0, "\(list.stderr)")
+    var values: [String: String] = [:]
+    for line in list.stdout.split(separator: "\n") {
+      let parts = line.split(separator: "\t", maxSplits: 1).map(String.init)
+      try #require(parts.count == 2, "\(line)")
+      values[parts[0]] = parts[1]
+    }
+    #expect(values["text"] == "plain", "a string stays as it is")
+    #expect(values["list"] == #"["one",{}]"#)
+    let nestedText = try #require(values["nested"])
+    let object = try #require(try JSONSerialization.jsonObject(with: Data(nestedText.utf8)) as? [String: Any])
+    #expect(object["a"] as? [Int] == [1, 2])
+    #expect(object["b \"q\""] as? String == "x/y\n")
+    #expect(object["c"] as? String == Data([1, 2]).base64EncodedString())
+    #expect(object["d"] as? Double == 0.5 && object["e"] as? Bool == false)
+    for (type, value, message) in [
+      ("bool", "yes", "'yes' is not a bool"), ("double", "x", "'x' is not a double"),
+      ("date", "now", "'now' is not a date"), ("data", "%%", "'%%' is not base64 data"), ("json", "{", "'{' is not JSON"),
+    ] {
+      let bad = try await ProcessHarness.run(["defaults", directory, "set", "k", value, "--type", type])
+      #expect(bad.status != 0 && bad.stderr.contains(message), "\(bad.stderr)")
+    }
   }
 
   @Test func aPostedNotificationReachesEveryMemberOnceAndADurableListenerReplaysIt() async throws {

@@ -14,7 +14,7 @@ import GRDB
 ///   never touch a file). A reset of one store re-reads only that store's
 ///   objects and results controllers.
 /// - **Edits**: pending over each object's snapshot; ``save()`` is one
-///   ``Store/write(_:)-(Database)->T`` per store with changes, with
+///   `Store.write(_:)` per store with changes, with
 ///   optimistic locking and a ``MergePolicy``.
 /// - **Notifications**: one ``ContextChanges`` per store after each merge
 ///   or save, as ``changes`` (an `AsyncStream`) and ``onChange(_:)``.
@@ -34,6 +34,7 @@ import GRDB
 /// store by its object ID, kept as a URI (``ObjectID/uri``) and resolved
 /// with ``existingObject(with:)``.
 public final class Context {
+  /// The group whose stores the context reads and saves to.
   public let group: GroupFolder
   /// The group's main store (``FetchRequest``, ``insert(into:store:values:)``
   /// and ``fetch(_:store:where:arguments:orderBy:)`` name another by name).
@@ -61,6 +62,7 @@ public final class Context {
   /// Table information, per store.
   private var tableCaches: [UUID: TableInfoCache] = [:]
 
+  /// Makes an empty context on `group`; `mergePolicy` resolves the conflicts a save finds.
   public init(_ group: GroupFolder, mergePolicy: MergePolicy = .error) {
     self.group = group
     self.mergePolicy = mergePolicy

@@ -25,8 +25,10 @@ public struct ContextChanges: Sendable, Equatable {
   /// per store).
   public var sequence: Int64?
 
+  /// No change.
   public init() {}
 
+  /// Whether nothing changed.
   public var isEmpty: Bool {
     inserted.isEmpty && updated.isEmpty && deleted.isEmpty && refreshed.isEmpty && invalidated.isEmpty && !isReset
   }

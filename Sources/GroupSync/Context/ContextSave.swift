@@ -2,7 +2,7 @@ import Foundation
 import GRDB
 
 extension Context {
-  /// Writes every pending change, one ``Store/write(_:)-(Database)->T`` per
+  /// Writes every pending change, one `Store.write(_:)` per
   /// store with changes (the main store first, then by name), so that
   /// other processes get one change set per store, and returns the first
   /// change set written (nil when nothing was left to write; see

@@ -16,12 +16,17 @@ import GRDB
 /// results controller re-runs the request when those change. The order is
 /// total: rows equal under `orderBy` are ordered by rowid.
 public struct FetchRequest: Sendable {
+  /// The table to fetch from.
   public var table: String
   /// The store of the group whose table is read: `main` by default.
   public var store: String
+  /// An SQL expression rows must match (a WHERE clause without `WHERE`), or nil for every row.
   public var filter: String?
+  /// The values of the filter's `?` placeholders.
   public var arguments: StatementArguments
+  /// The order, first key first; the rowid breaks ties.
   public var sortDescriptors: [SortDescriptor]
+  /// At most this many rows, or nil for all.
   public var limit: Int?
 
   public init(
@@ -93,25 +98,32 @@ struct FetchedRow {
 /// One key of a request's order: a column, ascending or descending, under
 /// SQLite's `BINARY` or `NOCASE` collation.
 public struct SortDescriptor: Sendable, Equatable {
+  /// SQLite's collating sequences a sort key may use.
   public enum Collation: String, Sendable {
     case binary = "BINARY"
     case nocase = "NOCASE"
   }
 
+  /// The column to sort by.
   public var column: String
+  /// Ascending (`ASC`) or descending (`DESC`).
   public var ascending: Bool
+  /// How text compares.
   public var collation: Collation
 
+  /// A sort key on `column`.
   public init(column: String, ascending: Bool = true, collation: Collation = .binary) {
     self.column = column
     self.ascending = ascending
     self.collation = collation
   }
 
+  /// An ascending sort key on `column`.
   public static func ascending(_ column: String, collation: Collation = .binary) -> SortDescriptor {
     SortDescriptor(column: column, ascending: true, collation: collation)
   }
 
+  /// A descending sort key on `column`.
   public static func descending(_ column: String, collation: Collation = .binary) -> SortDescriptor {
     SortDescriptor(column: column, ascending: false, collation: collation)
   }

@@ -26,6 +26,7 @@ public enum MergePolicy: Sendable, Equatable {
 
 /// One object whose row changed in the store under an edit or delete.
 public struct MergeConflict: Sendable, CustomStringConvertible {
+  /// The object in conflict.
   public let objectID: ObjectID
   /// The row the edit was based on, by column.
   public let snapshot: [String: DatabaseValue]
@@ -48,6 +49,7 @@ public struct MergeConflict: Sendable, CustomStringConvertible {
 /// A save under ``MergePolicy/error`` found conflicts; nothing was written
 /// (in any store).
 public struct MergeConflictError: Error, CustomStringConvertible {
+  /// Every conflict the save found.
   public let conflicts: [MergeConflict]
 
   public var description: String {

@@ -20,7 +20,9 @@ import GRDB
 /// }
 /// ```
 public final class ResultsController {
+  /// The request whose results the controller keeps current.
   public let request: FetchRequest
+  /// The context whose merges and saves it follows.
   public let context: Context
   /// The store of the group the request reads.
   let store: Store
@@ -216,6 +218,7 @@ public struct ResultsChange: Sendable {
   /// Rows whose values changed and that stayed where they were.
   public let updated: [ObjectID]
 
+  /// Whether nothing moved, appeared, vanished or changed.
   public var isEmpty: Bool { difference.isEmpty && updated.isEmpty }
 }
 

@@ -55,13 +55,21 @@ public indirect enum DefaultsValue: Sendable, Equatable, Hashable {
     }
   }
 
+  /// The value if it is a `.bool`, else nil.
   public var boolValue: Bool? { if case .bool(let value) = self { value } else { nil } }
+  /// The value if it is an `.int`, else nil.
   public var intValue: Int64? { if case .int(let value) = self { value } else { nil } }
+  /// The value if it is a `.double`, else nil.
   public var doubleValue: Double? { if case .double(let value) = self { value } else { nil } }
+  /// The value if it is a `.string`, else nil.
   public var stringValue: String? { if case .string(let value) = self { value } else { nil } }
+  /// The value if it is `.data`, else nil.
   public var dataValue: Data? { if case .data(let value) = self { value } else { nil } }
+  /// The value if it is a `.date`, else nil.
   public var dateValue: Date? { if case .date(let value) = self { value } else { nil } }
+  /// The value if it is an `.array`, else nil.
   public var arrayValue: [DefaultsValue]? { if case .array(let value) = self { value } else { nil } }
+  /// The value if it is a `.dictionary`, else nil.
   public var dictionaryValue: [String: DefaultsValue]? { if case .dictionary(let value) = self { value } else { nil } }
 }
 

@@ -187,7 +187,9 @@ public enum DefaultsEvent: Sendable, Equatable {
 
 /// A change of one key, as other processes are told of it.
 public struct DefaultsChange: Sendable, Equatable, Codable {
+  /// The suite the key belongs to.
   public let suite: String
+  /// The key whose value changed.
   public let key: String
   /// nil: the key had no value.
   public let oldValue: DefaultsValue?

@@ -15,8 +15,10 @@ import Foundation
 extension GroupFolder {
   /// Store `name` of the group (`main` is ``store``).
   ///
-  /// - Parameter create: make a writable store of that name if the group
-  ///   has none.
+  /// - Parameters:
+  ///   - name: the store's name: 1-32 lowercase letters, digits, `-` and
+  ///     `_`, the first a letter or digit.
+  ///   - create: make a writable store of that name if the group has none.
   /// - Throws: ``GroupSyncError/unknownStore(_:)``,
   ///   ``GroupSyncError/invalidStoreName(_:)``.
   public func store(named name: String, create: Bool = false) throws -> Store {

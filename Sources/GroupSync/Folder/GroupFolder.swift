@@ -4,7 +4,7 @@ import GRDB
 /// A folder shared by the processes of a group: the SQLite store, and one
 /// inbox per listening process.
 ///
-/// Open it in every process; write through ``store``, and ``listen(as:options:)``
+/// Open it in every process; write through ``store``, and ``listen(as:durable:options:)``
 /// to be told what the other processes commit. For example:
 ///
 /// ```swift
@@ -71,24 +71,35 @@ public final class GroupFolder: Sendable {
 
   /// Starts listening under `name`.
   ///
-  /// - Parameter name: the listener's folder name; 1-64 letters, digits,
-  ///   `-`, `_` or `.`. Without one, a unique name is made up and the
-  ///   folder removed on close.
-  /// - Throws: ``GroupSyncError/listenerNameInUse(_:)`` if a live listener
-  ///   holds the name, ``GroupSyncError/invalidListenerName(_:)``.
+  /// For example:
+  ///
+  /// ```swift
+  /// let listener = try group.listen(as: "indexer", durable: true)
+  /// for await event in listener.events { try await index(event) }
+  /// ```
+  ///
+  /// - Parameters:
+  ///   - name: the listener's folder name; 1-64 letters, digits, `-`, `_`
+  ///     or `.`. Without one, a unique name is made up and the folder
+  ///     removed on close.
   ///   - durable: keep the listener's place while its process is not
   ///     running: on the next start it replays, from the store's history,
   ///     everything committed after the last change set it acknowledged
   ///     (see ``ListenerOptions/acknowledgement``), then goes on live, with
   ///     no gap and no duplicate. If retention purged that place meanwhile,
   ///     its first event is a reset that says the place expired.
+  ///   - options: how the listener behaves.
+  /// - Throws: ``GroupSyncError/listenerNameInUse(_:)`` if a live listener
+  ///   holds the name, ``GroupSyncError/invalidListenerName(_:)``.
   public func listen(
     as name: String? = nil, durable: Bool = false, options: ListenerOptions = ListenerOptions()
   ) throws -> Listener {
     if durable && name == nil { throw GroupSyncError.invalidListenerName("(a durable listener needs a name)") }
     let ephemeral = name == nil
     let name = name ?? Self.ephemeralName()
-    return try Listener(directory: directory, name: name, options: options, ephemeral: ephemeral, durable: durable)
+    let listener = try Listener(directory: directory, name: name, options: options, ephemeral: ephemeral, durable: durable)
+    removeDeadEphemeralListeners()
+    return listener
   }
 
   /// Forgets a durable listener that is gone for good, so that retention
@@ -129,8 +140,10 @@ public final class GroupFolder: Sendable {
     GroupNotificationCenter(store: store, hub: noteHub)
   }
 
-  /// The store and every listener folder, live or dead.
+  /// The store and every listener folder, live or dead; the folders that
+  /// ephemeral listeners of dead processes left are removed first.
   public func status() throws -> GroupStatus {
+    removeDeadEphemeralListeners()
     var listeners: [GroupStatus.ListenerStatus] = []
     let listenersFolder = try root.child(GroupLayout.listenersFolder, create: true)
     var names: [String] = []
@@ -214,9 +227,13 @@ public final class GroupFolder: Sendable {
 /// A snapshot of a group folder, as `groupsync status` prints it. The
 /// top-level store fields are the main store's; ``stores`` has every store.
 public struct GroupStatus: Sendable, Codable, Equatable {
+  /// One folder under `listeners/`.
   public struct ListenerStatus: Sendable, Codable, Equatable {
+    /// The listener's name (its folder's).
     public let name: String
+    /// Whether a running process holds its lock.
     public let isLive: Bool
+    /// The process that holds the lock, as its lock file records it.
     public let processID: Int32?
     /// Change-set files waiting in its inbox.
     public let backlog: Int
@@ -229,35 +246,49 @@ public struct GroupStatus: Sendable, Codable, Equatable {
 
   /// One store of the group.
   public struct StoreStatus: Sendable, Codable, Equatable {
+    /// The store's name (`main` for the group's first store).
     public let name: String
+    /// The store's UUID, as object IDs name it.
     public let storeID: UUID
+    /// The store's file.
     public let path: String
+    /// Whether it is a read-only store, replaced as a whole.
     public let isReadOnly: Bool
     /// The last sequence number committed (0 for a read-only store).
     public let sequence: Int64
+    /// What its history holds.
     public let history: HistoryStatus
     /// A read-only store's file: its size and when it was installed.
     public let fileSize: Int64?
+    /// When a read-only store's file was installed.
     public let fileModified: Date?
   }
 
+  /// The group folder.
   public let path: String
+  /// The main store's UUID.
   public let storeID: UUID
   /// The last sequence number committed.
   public let sequence: Int64
+  /// Whether the capture uses SQLite's pre-update hook (false: GRDB's
+  /// observer, the fallback that cannot see rows deleted by REPLACE).
   public let usesPreUpdateHook: Bool
   /// What the store's history holds.
   public let history: HistoryStatus
   /// The last commit a listener saw that came without a change set.
   public let lastForeignCommit: ForeignCommit?
+  /// Every folder under `listeners/`, by name.
   public let listeners: [ListenerStatus]
   /// Every store: the main store first, then by name.
   public let stores: [StoreStatus]
 
+  /// What a store's history holds.
   public struct HistoryStatus: Sendable, Codable, Equatable {
-    /// The oldest and newest sequence numbers held (0 when empty).
+    /// The oldest sequence number held (0 when empty).
     public let oldest: Int64
+    /// The newest sequence number held (0 when empty).
     public let newest: Int64
+    /// How many change sets it holds.
     public let count: Int64
     /// The payloads' total size.
     public let bytes: Int64

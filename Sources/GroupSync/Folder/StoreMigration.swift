@@ -33,9 +33,12 @@ extension GroupFolder {
   /// let newID = migration.objectIDs[oldSeedID]
   /// ```
   ///
-  /// - Parameter tables: the tables to copy; nil: every table of `source`
-  ///   but SQLite's, GroupSync's and GRDB's own, virtual tables and their
-  ///   shadow tables.
+  /// - Parameters:
+  ///   - source: the store to copy from (it is not changed).
+  ///   - target: the writable store to copy into.
+  ///   - tables: the tables to copy; nil: every table of `source` but
+  ///     SQLite's, GroupSync's and GRDB's own, virtual tables and their
+  ///     shadow tables.
   /// - Throws: ``GroupSyncError/readOnlyStore(_:)`` for a read-only target,
   ///   ``GroupSyncError/invalidStore(path:reason:)`` naming the table (and
   ///   row) that cannot be copied; nothing is written then.
@@ -112,7 +115,7 @@ struct MigrationPlan: Sendable {
       }
       guard row["type"] == "table" else {
         throw GroupSyncError.invalidStore(
-          path: path, reason: "'\(name)' is a \(row["type"] as String) table, which cannot be copied row by row")
+          path: path, reason: "'\(name)' is not a plain table (its type is \(row["type"] as String)) and cannot be copied row by row")
       }
       let tableName: String = row["name"]
       let hasRowID = (row["wr"] as Int64) == 0

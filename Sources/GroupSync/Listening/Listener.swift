@@ -46,6 +46,7 @@ public final class Listener: @unchecked Sendable {
   private let root: SafeDirectory
   private let removeFolderOnClose: Bool
   private let lock: ListenerLock
+  private let metrics: ListenerMetrics
 
   /// What the watcher thread and in-process writers hand over.
   private struct Shared {
@@ -103,6 +104,7 @@ public final class Listener: @unchecked Sendable {
     self.options = options
     hostileActs = HostileActs(quiet: max(options.rescanInterval * 2, .seconds(1)))
     self.removeFolderOnClose = ephemeral || options.removeFolderOnClose
+    metrics = ListenerMetrics(listener: ephemeral ? GroupSyncMetrics.ephemeralListener : name, factory: options.metricsFactory)
     let listeners = try Self.ownedFolder(GroupLayout.listenersFolder, in: root, listener: name)
     let folder = try Self.ownedFolder(name, in: listeners, listener: name)
     lock = try ListenerLock(in: folder, name: name)
@@ -432,10 +434,12 @@ public final class Listener: @unchecked Sendable {
           }
         }
       }
+      if handOver.rescan { metrics.sample(streams, inProcess: shared.withLock { $0.inProcess.mapValues(\.count) }) }
       if let event = nextReady() { return event }
       for stream in streams {
         let event = stream.checkGap(
           inbox: folders.inbox, laterInProcess: hasLaterInProcess(for: stream), wake: wakeAfterGrace)
+        if case .changes = event { metrics.gapRepaired(stream) }
         if let event { return delivered(event, by: stream) }
       }
       await waitForSignal()
@@ -474,6 +478,7 @@ public final class Listener: @unchecked Sendable {
   /// Notes where `stream` is after an event, for the watcher thread.
   private func delivered(_ event: ListenerEvent, by stream: StoreStream) -> ListenerEvent {
     if stream === streams[0] { deliveredThrough.store(stream.nextSequence, ordering: .relaxed) }
+    metrics.delivered(event, by: stream)
     return event
   }
 
@@ -507,7 +512,9 @@ public final class Listener: @unchecked Sendable {
       shared.inProcessCount = shared.inProcess.values.reduce(0) { $0 + $1.count }
       shared.inProcessRows = shared.inProcess.values.reduce(0) { $0 + $1.values.reduce(0) { $0 + $1.rowCount + 1 } }
     }
-    return Reset(reason: reason, sequence: streams[0].nextSequence - 1)
+    let reset = Reset(reason: reason, sequence: streams[0].nextSequence - 1)
+    metrics.resetAll(reset, streams: streams)
+    return reset
   }
 
   /// On each rescan tick: a store created since the listener started gets

@@ -1,3 +1,4 @@
+import CoreMetrics
 import Foundation
 
 /// What a listener delivers.
@@ -68,7 +69,11 @@ public struct ListenerOptions: Sendable {
   /// Remove the listener's folder when it closes (its inbox is always
   /// emptied). Listeners without an explicit name always remove it.
   public var removeFolderOnClose: Bool = false
+  /// Where the listener's metrics go (see ``GroupSyncMetrics``); nil: the
+  /// factory bootstrapped with `MetricsSystem.bootstrap(_:)`.
+  public var metricsFactory: (any MetricsFactory)?
 
+  /// The default options.
   public init() {}
 }
 

@@ -33,7 +33,7 @@ final class StoreStream {
   private var gapDeadline: ContinuousClock.Instant?
   private var gapSequence: Int64 = 0
   /// The store's last sequence as read on the last rescan tick.
-  private var storeSequence: Int64 = 0
+  private(set) var storeSequence: Int64 = 0
   /// What the last foreign-writer check saw.
   private var lastSample: StoreSample?
   /// Durable only: change sets up to this one are replayed from the

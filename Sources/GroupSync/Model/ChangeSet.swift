@@ -85,17 +85,23 @@ public struct ChangeSet: Sendable, Equatable {
 
 /// The rowids of one table that a transaction changed, each sorted.
 public struct TableChanges: Sendable, Equatable {
+  /// Rowids of rows that did not exist before the transaction and do after.
   public var inserted: [Int64]
+  /// Rowids of rows that existed before and after (their content may not differ).
   public var updated: [Int64]
+  /// Rowids of rows that existed before and not after.
   public var deleted: [Int64]
 
+  /// The changes of one table, by rowid.
   public init(inserted: [Int64] = [], updated: [Int64] = [], deleted: [Int64] = []) {
     self.inserted = inserted
     self.updated = updated
     self.deleted = deleted
   }
 
+  /// Whether no row is named.
   public var isEmpty: Bool { inserted.isEmpty && updated.isEmpty && deleted.isEmpty }
+  /// How many rows are named.
   public var count: Int { inserted.count + updated.count + deleted.count }
 
   func contains(_ rowID: Int64) -> Bool {

@@ -8,6 +8,7 @@ public struct ChangeSetNote: Sendable, Equatable, Hashable {
   /// Its content, opaque to the change set.
   public let payload: [UInt8]
 
+  /// A note named `name` carrying `payload`.
   public init(name: String, payload: [UInt8]) {
     self.name = name
     self.payload = payload

@@ -21,6 +21,7 @@ public struct ObjectID: Hashable, Sendable, CustomStringConvertible {
   /// An unsaved object's ID, valid only in the context that made it.
   public let isTemporary: Bool
 
+  /// The ID of row `rowID` of `table` in store `storeID`.
   public init(storeID: UUID, table: String, rowID: Int64) {
     self.init(storeID: storeID, table: table, rowID: rowID, isTemporary: false)
   }
@@ -72,6 +73,7 @@ public struct TableID: Hashable, Sendable, CustomStringConvertible {
   public let storeID: UUID
   public let table: String
 
+  /// The ID of `table` in store `storeID`.
   public init(storeID: UUID, table: String) {
     self.storeID = storeID
     self.table = table

@@ -12,7 +12,9 @@ public struct TableName: Hashable, Comparable, Sendable, ExpressibleByStringLite
   /// The name as SQLite has it.
   public let name: String
 
+  /// The table named `name`, compared by its bytes.
   public init(_ name: String) { self.name = name }
+  /// The table named by a string literal.
   public init(stringLiteral name: String) { self.name = name }
 
   public static func == (a: TableName, b: TableName) -> Bool { a.name.utf8.elementsEqual(b.name.utf8) }

@@ -4,7 +4,9 @@ import GRDB
 /// A notification passed between the processes of a group: a name and a
 /// small payload.
 public struct GroupNotification: Sendable, Equatable {
+  /// The name it was posted under.
   public let name: String
+  /// Its content, as posted (at most 64 KiB).
   public let payload: [UInt8]
   /// The sequence number of the transaction that posted it.
   public let sequence: Int64

@@ -8,6 +8,7 @@ import GRDB
 /// For a single table, a ``ResultsController`` does better: it checks only
 /// the changed rowids instead of re-running the query.
 public struct LiveQuery {
+  /// The query.
   public let sql: String
   public private(set) var columns: [String] = []
   /// The current rows, in the query's order.
@@ -17,10 +18,15 @@ public struct LiveQuery {
 
   /// How the result changed, by each row's first column.
   public struct Change: Equatable {
+    /// First-column values of the rows that appeared.
     public var inserted: [DatabaseValue] = []
+    /// First-column values of the rows whose values changed.
     public var updated: [DatabaseValue] = []
+    /// First-column values of the rows that vanished.
     public var deleted: [DatabaseValue] = []
+    /// No change.
     public init() {}
+    /// Whether nothing appeared, changed or vanished.
     public var isEmpty: Bool { inserted.isEmpty && updated.isEmpty && deleted.isEmpty }
   }
 

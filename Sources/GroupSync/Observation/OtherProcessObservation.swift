@@ -28,16 +28,16 @@ extension GroupFolder {
   ///     own pool by default.
   /// - Returns: the running relay; it stops when cancelled or released.
   public func observeOtherProcesses(
-    store name: String = "main", in writer: (any DatabaseWriter)? = nil
+    store: String = "main", in writer: (any DatabaseWriter)? = nil
   ) throws -> OtherProcessObservation {
-    let store = try store(named: name)
-    guard !store.isReadOnly else { throw GroupSyncError.readOnlyStore(name) }
-    return try OtherProcessObservation(group: self, store: store, writer: writer)
+    let relayed = try self.store(named: store)
+    guard !relayed.isReadOnly else { throw GroupSyncError.readOnlyStore(store) }
+    return try OtherProcessObservation(group: self, store: relayed, writer: writer)
   }
 }
 
 /// Relays other processes' change sets to the GRDB observations of one
-/// database (see ``GroupFolder/observeOtherProcesses(in:)``).
+/// database (see ``GroupFolder/observeOtherProcesses(store:in:)``).
 public final class OtherProcessObservation: Sendable {
   private let listener: Listener
   private let task: Task<Void, Never>

@@ -12,6 +12,7 @@ import Synchronization
 final class CommitPublisher: Sendable {
   typealias Deliver = @Sendable (ChangeSet, _ encoded: [UInt8]) -> [PublishFailure]
   private let deliver: Deliver
+  private let metrics: StoreMetrics?
 
   /// A change set and what publishing it came to.
   typealias Outcome = (changeSet: ChangeSet, failures: [PublishFailure])
@@ -25,8 +26,9 @@ final class CommitPublisher: Sendable {
   /// Held while delivering, so that deliveries never overlap or reorder.
   private let delivering = Locked(())
 
-  init(deliver: @escaping Deliver) {
+  init(deliver: @escaping Deliver, metrics: StoreMetrics? = nil) {
     self.deliver = deliver
+    self.metrics = metrics
   }
 
   /// Queues a committed change set and its encoding. `claimed`: a writer
@@ -45,7 +47,9 @@ final class CommitPublisher: Sendable {
       queue.withLock { swap(&batch, &$0.waiting) }
       if !batch.isEmpty { Failpoint.stop(if: Failpoint.stopAfterCommit) }
       for (changeSet, encoded, claimed) in batch {
+        let start = ContinuousClock.now
         let failures = deliver(changeSet, encoded)
+        metrics?.published(changeSet, failures: failures.count, duration: ContinuousClock.now - start)
         if !failures.isEmpty {
           Logger.groupSync.error(
             "change set \(changeSet.sequence) committed but not delivered to every listener (they read it from the history): \(failures)")

@@ -22,7 +22,9 @@ extension Store {
   /// try group.store.migrate(migrator)
   /// ```
   ///
-  /// - Parameter target: the last migration to apply (all when nil).
+  /// - Parameters:
+  ///   - migrator: GRDB's migrator, with the migrations registered.
+  ///   - target: the last migration to apply (all when nil).
   public func migrate(_ migrator: DatabaseMigrator, upTo target: String? = nil) throws {
     try checkOpen()
     try pool.writeWithoutTransaction { db in

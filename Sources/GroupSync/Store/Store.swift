@@ -1,4 +1,5 @@
 import CGroupSync
+import CoreMetrics
 import Foundation
 import GRDB
 import Logging
@@ -8,7 +9,7 @@ import Synchronization
 /// writer captures every row a transaction changes, and which publishes the
 /// change set to every listener after COMMIT.
 ///
-/// Read and write with GRDB's API through ``write(_:)`` and ``read(_:)``.
+/// Read and write with GRDB's API through `write(_:)` and `read(_:)`.
 /// One `write` is one `BEGIN IMMEDIATE` transaction; before it commits it
 /// gets its sequence number, and once it committed its change set goes to
 /// every listener of the group. For example:
@@ -62,6 +63,8 @@ public final class Store: Sendable {
   private let writerPool: DatabasePool?
   let readOnlyFile: ReadOnlyStoreFile?
   private let capture: (observer: CaptureObserver, publisher: CommitPublisher)?
+  /// Writable stores only.
+  private let metrics: StoreMetrics?
   /// The capture's GRDB observer (writable stores only).
   var observer: CaptureObserver { capture!.observer }
   private let closed = Atomic<Bool>(false)
@@ -99,7 +102,9 @@ public final class Store: Sendable {
     }
     let pool = try DatabasePool(path: path, configuration: configuration)
     writerPool = pool
-    let publisher = CommitPublisher(deliver: publish)
+    let metrics = StoreMetrics(store: name, factory: options.metricsFactory)
+    self.metrics = metrics
+    let publisher = CommitPublisher(deliver: publish, metrics: metrics)
     // The bookkeeping row is written before the capture exists: it is
     // GroupSync's own and never reported.
     let storeID = try pool.write { db in try StoreState.setUp(db, path: path) }
@@ -131,6 +136,7 @@ public final class Store: Sendable {
     readOnlyFile = file
     writerPool = nil
     capture = nil
+    metrics = nil
     author = ""
     durableFloor = nil
   }
@@ -167,7 +173,7 @@ public final class Store: Sendable {
   ///
   /// Errors thrown by `body` roll the transaction back. Nest savepoints with
   /// `db.inSavepoint`; do not COMMIT or ROLLBACK inside `body`. A read
-  /// inside `body` (``read(_:)``) sees the store as of the last commit.
+  /// inside `body` (`read(_:)`) sees the store as of the last commit.
   ///
   /// - Returns: what `body` returned.
   /// - Throws: what `body` threw, GRDB's `DatabaseError`, or
@@ -178,7 +184,7 @@ public final class Store: Sendable {
     try writeAndReturnChangeSet(body).result
   }
 
-  /// Like ``write(_:)``, and also returns the change set published, or nil
+  /// Like `write(_:)`, and also returns the change set published, or nil
   /// when the transaction changed no rows.
   public func writeAndReturnChangeSet<T>(
     _ body: (Database) throws -> T
@@ -190,7 +196,7 @@ public final class Store: Sendable {
     return (report.result, report.changeSet)
   }
 
-  /// Like ``write(_:)``, and also says what was committed and which live
+  /// Like `write(_:)`, and also says what was committed and which live
   /// listeners it could not be delivered to (they read it from the
   /// history; nothing is lost, but the caller may want to know).
   public func writeAndReport<T>(_ body: (Database) throws -> T) throws -> WriteReport<T> {
@@ -203,13 +209,13 @@ public final class Store: Sendable {
   }
 
   /// Runs `body` in one transaction, without blocking the calling thread,
-  /// and publishes what it changed. See ``write(_:)``.
+  /// and publishes what it changed. See `write(_:)`.
   @discardableResult
   public func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
     try await writeAndReturnChangeSet(body).result
   }
 
-  /// Like ``write(_:)-(Database)->T``, and also returns the change set
+  /// Like `write(_:)`, and also returns the change set
   /// published.
   public func writeAndReturnChangeSet<T: Sendable>(
     _ body: @escaping @Sendable (Database) throws -> T
@@ -226,7 +232,7 @@ public final class Store: Sendable {
   ///
   /// Statements in `body` that change rows are refused with
   /// ``GroupSyncError/unsequencedCommit`` (each would commit on its own,
-  /// unannounced): change rows with ``write(_:)``.
+  /// unannounced): change rows with `write(_:)`.
   public func writeWithoutTransaction<T>(_ body: (Database) throws -> T) throws -> (result: T, changeSet: ChangeSet) {
     try checkWritable()
     let result = try pool.unsafeReentrantWrite { db in
@@ -241,6 +247,8 @@ public final class Store: Sendable {
   private func transaction<T>(_ db: Database, _ body: (Database) throws -> T) throws -> (T, Int64?) {
     guard !db.isInsideTransaction else { throw GroupSyncError.nestedWrite }
     var output: (T, Int64?)?
+    let start = ContinuousClock.now
+    defer { if output?.1 != nil { metrics?.commitDuration.record(duration: ContinuousClock.now - start) } }
     try db.inTransaction(.immediate) {
       try observer.transactionWillBegin(db)
       let result = try body(db)
@@ -361,6 +369,10 @@ public struct StoreOptions: Sendable {
   /// The author label each change set carries in the history; the
   /// process name by default.
   public var author: String?
+  /// Where the store's metrics go (see ``GroupSyncMetrics``); nil: the
+  /// factory bootstrapped with `MetricsSystem.bootstrap(_:)`.
+  public var metricsFactory: (any MetricsFactory)?
 
+  /// The default options.
   public init() {}
 }

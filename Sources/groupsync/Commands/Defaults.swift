@@ -67,7 +67,11 @@ struct DefaultsCommand: AsyncParsableCommand {
   }
 
   static func parse(_ text: String, as type: String) throws -> DefaultsValue {
-    func bad() -> ValidationError { ValidationError("'\(text)' is not a \(type)") }
+    let expected = [
+      "bool": "a bool (true or false)", "int": "an int", "double": "a double",
+      "date": "a date (seconds since 1970)", "data": "base64 data", "json": "JSON",
+    ]
+    func bad() -> ValidationError { ValidationError("'\(text)' is not \(expected[type] ?? type)") }
     switch type {
     case "string": return .string(text)
     case "bool":
@@ -93,6 +97,9 @@ struct DefaultsCommand: AsyncParsableCommand {
     }
   }
 
+  /// A value as `get`, `list` and `watch` print it: a string as it is,
+  /// other scalars as text, arrays, dictionaries and `Codable` values as
+  /// JSON (in which data is a base64 string and a date an ISO 8601 one).
   static func describe(_ value: DefaultsValue?) -> String {
     guard let value else { return "(none)" }
     switch value {
@@ -102,11 +109,32 @@ struct DefaultsCommand: AsyncParsableCommand {
     case .string(let value): return value
     case .data(let value): return "data:" + value.base64EncodedString()
     case .date(let value): return ISO8601DateFormatter().string(from: value)
-    case .array(let values): return "[" + values.map { describe($0) }.joined(separator: ", ") + "]"
+    case .array, .dictionary, .codable: return json(value)
+    }
+  }
+
+  /// `value` as JSON text (object keys sorted).
+  static func json(_ value: DefaultsValue) -> String {
+    switch value {
+    case .bool(let value): return String(value)
+    case .int(let value): return String(value)
+    case .double(let value): return value.isFinite ? String(value) : quoted(String(value))
+    case .string(let value): return quoted(value)
+    case .data(let value): return quoted(value.base64EncodedString())
+    case .date(let value): return quoted(ISO8601DateFormatter().string(from: value))
+    case .array(let values): return "[" + values.map(json).joined(separator: ",") + "]"
     case .dictionary(let values):
-      return "{" + values.sorted { $0.key < $1.key }.map { "\($0.key): \(describe($0.value))" }.joined(separator: ", ") + "}"
+      return "{" + values.sorted { $0.key < $1.key }.map { quoted($0.key) + ":" + json($0.value) }.joined(separator: ",")
+        + "}"
     case .codable(let json): return String(decoding: json, as: UTF8.self)
     }
+  }
+
+  /// A JSON string literal.
+  private static func quoted(_ text: String) -> String {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.withoutEscapingSlashes]
+    return String(decoding: (try? encoder.encode(text)) ?? Data("\"\"".utf8), as: UTF8.self)
   }
 }
 

@@ -12,8 +12,29 @@ struct Status: AsyncParsableCommand {
   @Flag(name: .long, help: "Print JSON.")
   var json = false
 
+  @Flag(name: .long, help: "Keep a live view: stores, sequences, rates, each listener's lag as a bar (q quits).")
+  var watch = false
+
+  @Option(name: .long, help: "With --watch: seconds between redraws.")
+  var interval: Double = 1
+
+  @Option(name: .long, help: "With --watch: exit after this many redraws.")
+  var updates: Int?
+
+  func validate() throws {
+    if watch && json { throw ValidationError("--watch draws a screen; it cannot be combined with --json") }
+    if !watch && updates != nil { throw ValidationError("--updates needs --watch") }
+    guard interval >= 0.05 && interval <= 3600 else { throw ValidationError("--interval must be 0.05 to 3600 seconds") }
+    if let updates, updates < 1 { throw ValidationError("--updates must be at least 1") }
+  }
+
   func run() async throws {
     try await GroupSyncCommand.reportingErrors {
+      if watch {
+        try await StatusWatch(group: try GroupFolder(path: directory, create: false), interval: interval, updates: updates)
+          .run()
+        return
+      }
       let status = try GroupFolder(path: directory, create: false).status()
       if json {
         let encoder = JSONEncoder()
