@@ -29,6 +29,8 @@ public struct FetchRequest: Sendable {
   /// At most this many rows, or nil for all.
   public var limit: Int?
 
+  /// A request for the rows of `table` in `store` that match `filter` (an
+  /// SQL expression with `arguments`), sorted and limited.
   public init(
     table: String, store: String = "main", filter: String? = nil, arguments: StatementArguments = [],
     orderBy: [SortDescriptor] = [], limit: Int? = nil

@@ -39,6 +39,7 @@ public final class Listener: @unchecked Sendable {
   public var startSequence: Int64 { streams[0].startSequence }
   /// Whether the listener keeps its place while its process is not running.
   public let isDurable: Bool
+  /// How the listener behaves (grace period, rescan interval, bounds).
   public let options: ListenerOptions
 
   let group: GroupLayout
@@ -257,6 +258,7 @@ public final class Listener: @unchecked Sendable {
   /// The folders as close() may use them from any thread.
   private let folderSnapshot = Locked<Folders?>(nil)
 
+  /// Whether ``close()`` was called (by anyone, from any thread).
   public var isClosed: Bool { shared.withLock { $0.closed } }
 
   // MARK: Hand-over from the watcher and from writers of this process
@@ -641,10 +643,14 @@ public final class Listener: @unchecked Sendable {
   public struct Events: AsyncSequence, Sendable {
     let listener: Listener
 
+    /// An iterator over the listener's events; one at a time per listener.
     public func makeAsyncIterator() -> Iterator { Iterator(listener: listener) }
 
+    /// Waits for the listener's next event.
     public struct Iterator: AsyncIteratorProtocol {
       let listener: Listener
+      /// The next event, or nil once the listener closed or the task was
+      /// cancelled.
       public mutating func next() async -> ListenerEvent? { await listener.nextEvent() }
     }
   }

@@ -29,6 +29,7 @@ public struct Reset: Sendable, Equatable, CustomStringConvertible {
   /// The store's UUID; nil with `store`.
   public let storeID: UUID?
 
+  /// A reset of `store` (nil: every store) decided at `sequence`.
   public init(
     reason: String, sequence: Int64, isExpired: Bool = false, store: String? = nil, storeID: UUID? = nil
   ) {

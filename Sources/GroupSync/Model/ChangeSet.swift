@@ -31,6 +31,8 @@ public struct ChangeSet: Sendable, Equatable {
   /// notifications), in the order they were added.
   public let notes: [ChangeSetNote]
 
+  /// A change set as the library builds it; tables that list no row are
+  /// left out.
   public init(
     storeID: UUID, sequence: Int64, committedAtNanoseconds: Int64, writerProcessID: Int32,
     tables: [TableName: TableChanges], invalidatedTableNames: Set<TableName>, notes: [ChangeSetNote] = []

@@ -70,7 +70,9 @@ public struct ObjectID: Hashable, Sendable, CustomStringConvertible {
 ///
 /// The URI is `x-groupsync://<STORE-UUID>/<table>`.
 public struct TableID: Hashable, Sendable, CustomStringConvertible {
+  /// The UUID of the table's store.
   public let storeID: UUID
+  /// The table's name, as SQLite spells it.
   public let table: String
 
   /// The ID of `table` in store `storeID`.

@@ -10,6 +10,7 @@ import GRDB
 public struct LiveQuery {
   /// The query.
   public let sql: String
+  /// The result's column names, in order.
   public private(set) var columns: [String] = []
   /// The current rows, in the query's order.
   public private(set) var rows: [[DatabaseValue]] = []
