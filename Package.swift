@@ -8,6 +8,10 @@ let package = Package(
     // The same library as a shared object, for `make lib` and `make install`.
     .library(name: "GroupSyncShared", type: .dynamic, targets: ["GroupSync"]),
     .executable(name: "groupsync", targets: ["groupsync"]),
+    // The bridge between hosts through PostgreSQL (libpq): a product of its
+    // own, so that the core library and `groupsync` never link libpq.
+    .library(name: "GroupSyncRelay", targets: ["GroupSyncRelay"]),
+    .executable(name: "groupsync-relay", targets: ["groupsync-relay"]),
   ],
   dependencies: [
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -27,6 +31,25 @@ let package = Package(
         "CGroupSync",
         .product(name: "GRDB", package: "GRDB.swift"),
         .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
+    // libpq (Debian's libpq-dev), for the relay only.
+    .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ"),
+    .target(
+      name: "GroupSyncRelay",
+      dependencies: [
+        "GroupSync",
+        "CLibPQ",
+        .product(name: "GRDB", package: "GRDB.swift"),
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
+    .executableTarget(
+      name: "groupsync-relay",
+      dependencies: [
+        "GroupSync",
+        "GroupSyncRelay",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
     ),
     // Child processes for the demo, the benchmark and the tests; in no product.
@@ -55,6 +78,13 @@ let package = Package(
     .testTarget(
       name: "GroupSyncTests",
       dependencies: ["GroupSync", "CGroupSync", "GroupSyncProcess", .product(name: "GRDB", package: "GRDB.swift")]
+    ),
+    // The relay across hosts, against a throw-away PostgreSQL server.
+    .testTarget(
+      name: "GroupSyncRelayTests",
+      dependencies: [
+        "GroupSync", "GroupSyncRelay", "GroupSyncProcess", "CLibPQ", .product(name: "GRDB", package: "GRDB.swift"),
+      ]
     ),
   ],
   swiftLanguageModes: [.v6]
