@@ -1,20 +1,22 @@
 import Foundation
 import GRDB
 
-/// The relay's tables inside each replicated store. Their names start with
-/// `groupsync_`, so GroupSync's capture never reports them: writing them
-/// alone makes no change set.
+/// The relay's tables inside each replicated store. Their names do not
+/// start with `groupsync_` on purpose: GroupSync's capture reports them,
+/// so every transaction of the relay, also one that writes only these
+/// tables, commits a change set (author `groupsync-relay@HOST`) and no
+/// listener mistakes it for a foreign writer. They are never replicated.
 ///
-/// - `groupsync_relay_row(tbl, gid, local_rowid, pos)`: each replicated
+/// - `gs_relay_row(tbl, gid, local_rowid, pos)`: each replicated
 ///   row's global ID and its rowid here (NULL once deleted: a tombstone,
 ///   so the ID is never reused), and `pos`, the log position of the image
 ///   the row holds here (0: written here, never shipped).
-/// - `groupsync_relay_state(grp, host, shipped, applied)`: the last local
+/// - `gs_relay_state(grp, host, shipped, applied)`: the last local
 ///   sequence shipped and the last log position applied. `applied` is
 ///   written in the same transaction as the rows it applied.
 enum RowIdentityMap {
-  static let rowTable = "groupsync_relay_row"
-  static let stateTable = "groupsync_relay_state"
+  static let rowTable = "gs_relay_row"
+  static let stateTable = "gs_relay_state"
 
   static func setUp(_ db: Database) throws {
     try db.execute(sql: """

@@ -40,8 +40,8 @@ struct Shipper {
   }
 
   /// Reads the unshipped rows in one snapshot and gives new rows their
-  /// global IDs, in one local transaction (it writes only the relay's own
-  /// tables, so it commits no change set).
+  /// global IDs, in one local transaction (when it gives any, it commits a
+  /// change set of the relay's own, which is never shipped).
   private func makePlan() throws -> Plan? {
     let context = self.context
     return try context.store.write { db -> Plan? in

@@ -26,8 +26,8 @@ struct TableShape: Sendable, Equatable {
     return TableShape(name: table, columns: columns, rowIDColumn: rowIDColumn)
   }
 
-  /// The user tables of the store: every table but SQLite's, GRDB's and
-  /// GroupSync's own.
+  /// The user tables of the store: every table but SQLite's, GRDB's,
+  /// GroupSync's and the relay's own.
   static func userTables(_ db: Database) throws -> [String] {
     try String.fetchAll(db, sql: "SELECT name FROM main.sqlite_schema WHERE type = 'table' ORDER BY name")
       .filter { !isInternal($0) }
@@ -35,6 +35,7 @@ struct TableShape: Sendable, Equatable {
 
   static func isInternal(_ table: String) -> Bool {
     table.hasPrefix("sqlite_") || table.hasPrefix("groupsync_") || table.hasPrefix("grdb_")
+      || table.hasPrefix("gs_relay_")
   }
 
   var quotedName: String { "main." + name.quotedDatabaseIdentifier }
