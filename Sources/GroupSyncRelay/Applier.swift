@@ -62,7 +62,10 @@ struct Applier {
     guard let last = entries.last else { return false }
     var rowCount = 0
     let (_, changeSet) = try context.store.writeAndReturnChangeSet { db in
+      // Another process may have changed the schema since GRDB cached it.
+      db.clearSchemaCache()
       let pending = try context.unshipped(db)
+      let changesBefore = db.totalChangesCount
       var shapes: [String: TableShape] = [:]
       for (position, _, entry) in entries {
         for table in entry.tables {
@@ -74,6 +77,10 @@ struct Applier {
           }
         }
       }
+      // Entries that changed nothing here (this host's own, mostly) leave
+      // the stored place behind, and the transaction commits nothing: a
+      // relay restarted there reads them again and skips them again.
+      guard db.totalChangesCount != changesBefore else { return }
       var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
       place.applied = last.position
       place.shipped = max(place.shipped, context.place.shipped)
@@ -231,6 +238,7 @@ struct Applier {
     }
     var rowCount = 0
     try context.store.write { db in
+      db.clearSchemaCache()
       let pending = try context.unshipped(db)
       var shapes: [String: TableShape] = [:]
       for row in rows {

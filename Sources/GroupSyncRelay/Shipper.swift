@@ -45,6 +45,8 @@ struct Shipper {
   private func makePlan() throws -> Plan? {
     let context = self.context
     return try context.store.write { db -> Plan? in
+      // Another process may have changed the schema since GRDB cached it.
+      db.clearSchemaCache()
       let pending = try context.unshipped(db)
       guard pending.head > context.place.shipped else { return nil }
       var plan = Plan(through: pending.head, changeSets: pending.changeSets, tables: [], unsupported: [])

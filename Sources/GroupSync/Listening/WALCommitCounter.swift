@@ -20,12 +20,33 @@ enum WALCommitCounter {
   /// The counter, or nil when it cannot be read consistently (no `-shm`
   /// file, not a regular file, not initialised, torn by a writer three
   /// times in a row): callers then assume a commit.
+  ///
+  /// The `-shm` file is opened once per file and kept open: SQLite's WAL
+  /// locks are POSIX locks on that file, which belong to the process, and
+  /// closing *any* descriptor of the file drops every one of them. A
+  /// process whose listener opened and closed the `-shm` on each tick lost
+  /// its connections' read and write locks, and concurrent writers then
+  /// corrupted the store ("database disk image is malformed").
   static func read(storePath: String) -> UInt32? {
-    let fd = open(storePath + "-shm", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-    guard fd >= 0 else { return nil }
-    defer { close(fd) }
-    var info = stat()
-    guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+    let path = storePath + "-shm"
+    var now = stat()
+    guard lstat(path, &now) == 0, now.st_mode & S_IFMT == S_IFREG else { return nil }
+    let fd: Int32? = openFiles.withLock { files in
+      if let open = files[path], open.device == now.st_dev, open.inode == now.st_ino { return open.fd }
+      let fd = Glibc.open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+      guard fd >= 0 else { return nil }
+      var info = stat()
+      guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+        // Never closed: see above (a stray descriptor beats lost locks).
+        return nil
+      }
+      // The file was replaced: the old descriptor is of another inode (the
+      // one SQLite unlinked), whose locks no connection needs any more.
+      if let old = files[path] { Glibc.close(old.fd) }
+      files[path] = OpenFile(fd: fd, device: info.st_dev, inode: info.st_ino)
+      return fd
+    }
+    guard let fd else { return nil }
     var header = [UInt8](repeating: 0, count: 96)
     for _ in 0..<3 {
       let count = header.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 96, 0) }
@@ -36,4 +57,14 @@ enum WALCommitCounter {
     }
     return nil
   }
+
+  private struct OpenFile {
+    let fd: Int32
+    let device: UInt
+    let inode: UInt
+  }
+
+  /// The `-shm` files read so far, by path, each open for the process's
+  /// life.
+  private static let openFiles = Locked<[String: OpenFile]>([:])
 }

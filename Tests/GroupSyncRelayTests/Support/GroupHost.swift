@@ -130,8 +130,8 @@ final class GroupHost: @unchecked Sendable {
         let value = object[kind]
       else { return nil }
       // An unlabelled associated value is encoded under "_0".
-      if let wrapped = value as? [String: Any], wrapped.count == 1, let inner = wrapped["_0"] as? [String: Any] {
-        return inner
+      if let wrapped = value as? [String: Any], wrapped.count == 1, let inner = wrapped["_0"] {
+        return inner as? [String: Any] ?? ["value": inner]
       }
       return value as? [String: Any] ?? ["value": value]
     }
