@@ -47,7 +47,7 @@ public final class Relay: @unchecked Sendable {
   private var contexts: [ReplicaContext] = []
   private var connection: PostgresConnection?
   private var needsRecovery = true
-  private var wake: (read: Int32, write: Int32) = (-1, -1)
+  private let wake: WakePipe
   private var doorbell: Listener?
   private var doorbellTask: Task<Void, Never>?
   private var fileLock: RelayLock?
@@ -72,6 +72,7 @@ public final class Relay: @unchecked Sendable {
     }
     self.configuration = configuration
     handler = onEvent
+    wake = try WakePipe()
     (events, continuation) = AsyncStream.makeStream(of: RelayEvent.self, bufferingPolicy: .bufferingNewest(10_000))
     current = RelayStatus(
       host: configuration.host, group: configuration.group, processID: getpid(), isConnected: false, isLive: true,
@@ -118,26 +119,12 @@ public final class Relay: @unchecked Sendable {
         store: store, storeName: name, group: configuration.group, host: configuration.host,
         policy: configuration.policy, author: author, retention: configuration.retention, emit: emit)
     }
-    var fds: [Int32] = [-1, -1]
-    // pipe2 is hidden without _GNU_SOURCE: pipe, then the flags.
-    guard pipe(&fds) == 0 else { throw RelayError.system(call: "pipe", path: nil, errno: errno) }
-    for fd in fds {
-      guard fcntl(fd, F_SETFD, FD_CLOEXEC) == 0, fcntl(fd, F_SETFL, O_NONBLOCK) == 0 else {
-        let code = errno
-        fds.forEach { close($0) }
-        throw RelayError.system(call: "fcntl", path: nil, errno: code)
-      }
-    }
-    wake = (fds[0], fds[1])
     // Local commits ring the doorbell; the change sets themselves are
     // read from the history.
     let listener = try group.listen()
     doorbell = listener
-    let writeEnd = wake.write
-    doorbellTask = listener.start { _ in
-      var byte: UInt8 = 1
-      _ = write(writeEnd, &byte, 1)
-    }
+    let wake = self.wake
+    doorbellTask = listener.start { _ in wake.ring() }
     refreshStatus(force: true)
     let thread = Thread { [self] in run() }
     thread.name = "groupsync-relay"
@@ -290,17 +277,14 @@ public final class Relay: @unchecked Sendable {
 
   /// Waits for a local commit, a notification or `timeout`.
   private func waitForWake(_ timeout: Duration) {
-    var fds = [pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]
+    var fds = [pollfd(fd: wake.readEnd, events: Int16(POLLIN), revents: 0)]
     if let connection, connection.isConnected, connection.socket >= 0 {
       fds.append(pollfd(fd: connection.socket, events: Int16(POLLIN), revents: 0))
     }
     let milliseconds = Int32(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
     let ready = poll(&fds, nfds_t(fds.count), max(milliseconds, 1))
     guard ready > 0 else { return }
-    if fds[0].revents != 0 {
-      var buffer = [UInt8](repeating: 0, count: 256)
-      while read(wake.read, &buffer, buffer.count) > 0 {}
-    }
+    if fds[0].revents != 0 { wake.drain() }
     if fds.count > 1, fds[1].revents != 0, let connection {
       do {
         _ = try connection.notifications()
@@ -312,10 +296,7 @@ public final class Relay: @unchecked Sendable {
     }
   }
 
-  private func ringWake() {
-    var byte: UInt8 = 1
-    if wake.write >= 0 { _ = write(wake.write, &byte, 1) }
-  }
+  private func ringWake() { wake.ring() }
 
   private func shutDown() {
     doorbell?.close()
@@ -323,12 +304,9 @@ public final class Relay: @unchecked Sendable {
     connection = nil
     setConnected(false)
     refreshStatus(force: true)
-    for context in contexts { _ = context }
     contexts = []
     group = nil
-    if wake.read >= 0 { close(wake.read) }
-    if wake.write >= 0 { close(wake.write) }
-    wake = (-1, -1)
+    wake.close()
     fileLock?.release()
     finishedCondition.lock()
     finished = true

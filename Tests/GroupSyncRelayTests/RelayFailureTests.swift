@@ -37,7 +37,7 @@ extension RelayTests {
           "UPDATE note SET body = '\(host.name)-' || abs(random() % 1000), n = coalesce(n, 0) + 1 WHERE id IN (SELECT id FROM note ORDER BY random() LIMIT 2)",
           "INSERT INTO note(title, body) VALUES ('\(host.name)-' || hex(randomblob(6)), 'new')",
           "DELETE FROM note WHERE id = (SELECT id FROM note WHERE title NOT LIKE 'seed-%' AND abs(random() % 5) = 0 ORDER BY random() LIMIT 1)",
-        ], repeat: 150)
+        ], repeat: 300)
       }
       // Faults while they write, each after the relays made progress.
       let b = hosts[1], c = hosts[2]
