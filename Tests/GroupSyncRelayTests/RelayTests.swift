@@ -101,3 +101,57 @@ struct RelayTests {
     }
   }
 }
+
+extension RelayTests {
+  /// A row changed here and not shipped yet is not overwritten by an older
+  /// remote image: the applier skips it, the local write ships afterwards
+  /// and wins (last writer), and every host ends with it. The relay runs
+  /// in process here, through the library's API.
+  @Test func anUnshippedLocalWriteIsNotOverwrittenAndTheLibraryAPIReportsIt() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let b = try await GroupHost("b", root: root.path, server: server)
+      try await a.startRelay()
+      try await b.startRelay()
+      try await a.exec(["INSERT INTO note(title, body) VALUES ('r', 'v0')"])
+      try await waitForConvergence([a, b], server: server)
+      try await b.stopRelay()
+      try await b.exec(["UPDATE note SET body = 'local b' WHERE title = 'r'"])
+      let shippedBefore = a.events("shipped").count
+      try await a.exec(["UPDATE note SET body = 'remote a' WHERE title = 'r'"])
+      try await waitUntil("a shipped") { a.events("shipped").count > shippedBefore }
+      // B applies the log before it ships: its row is held.
+      let group = try GroupFolder(path: b.folder, create: false)
+      let context = try ReplicaContext(
+        store: group.store, storeName: "main", group: "app", host: "b", policy: .lastWriterWins,
+        author: "groupsync-relay@b", retention: nil, emit: { _ in })
+      let connection = try server.connect()
+      while try Applier(context: context).apply(connection) {}
+      #expect(try b.content().values.map { $0[1] } == ["\"local b\""])
+      #expect(context.place.applied == Int64(try server.query("SELECT max(seq) FROM gs_change").first?[0] ?? "0"))
+      group.store.close()
+      // Now B's relay, in process: it ships, wins, and says so.
+      var configuration = RelayConfiguration(folder: b.folder, conninfo: server.conninfo, host: "b")
+      configuration.pollInterval = .milliseconds(200)
+      let relay = try Relay(configuration)
+      try relay.start()
+      defer { relay.stop() }
+      var conflict: ConflictRecord?
+      for await event in relay.events {
+        if case .conflict(let record) = event {
+          conflict = record
+          break
+        }
+      }
+      #expect(conflict?.winnerHost == "b" && conflict?.loserHost == "a")
+      #expect(conflict?.winnerValues?[1] == .text("local b") && conflict?.loserValues?[1] == .text("remote a"))
+      try await waitUntil("b's status") {
+        let status = relay.status()
+        return status.isConnected && status.stores.first?.unshipped == 0 && status.stores.first?.lagChangeSets == 0
+      }
+      let content = try await waitForConvergence([a, b], server: server)
+      #expect(content.values.map { $0[1] } == ["\"local b\""])
+    }
+  }
+}
