@@ -119,8 +119,9 @@ clean: ## Remove build products (also the sanitizer and bench build folders)
 # (.build), e.g. BENCH_BUILD=.build-bench to keep clear of another build.
 BENCH_BUILD ?= .build
 BENCH = $(BENCH_BUILD)/release/groupsync-bench
-bench-tools:
+bench-tools: deps-postgres
 	$(SWIFT) build -c release --product groupsync-bench --scratch-path $(BENCH_BUILD)
+	$(SWIFT) build -c release --product groupsync-relay --scratch-path $(BENCH_BUILD)
 	@mkdir -p bench/out
 	cc -O2 -Wall -Wextra -o bench/out/floor Benchmarks/floor.c
 
@@ -137,7 +138,7 @@ pg-start:
 
 # Without a PostgreSQL server (no root, no apt), `make bench` runs the rest
 # and notes that the peers phase was skipped.
-bench: deps bench-tools ## Benchmarks vs the floor, PostgreSQL NOTIFY, polling, raw SQLite and plain GRDB (< 12 min): bench/results.json
+bench: deps bench-tools ## Benchmarks vs the floor, PostgreSQL NOTIFY, two hosts through relays, polling, raw SQLite and plain GRDB (< 13 min): bench/results.json
 	cc -O2 -Wall -Wextra -shared -fPIC -o bench/out/vgshim.so Benchmarks/vgshim.c
 	@if Benchmarks/postgres.sh start $(PG_FOLDER) $(PG_PORT) && $(PGNOTIFY_CC); then \
 	  set -- --pgnotify bench/out/pgnotify --postgres-conninfo "$(PG_CONNINFO)"; \
