@@ -36,6 +36,14 @@ enum Executables {
     }
   }
 
+  /// Runs `groupsync args...` on the calling thread (for conditions
+  /// polled by `waitUntil`), requiring success; returns stdout.
+  static func runSync(_ arguments: [String]) throws -> String {
+    let result = try ChildProcess(executable: groupsync, arguments: arguments).finish(timeout: 60)
+    guard result.succeeded else { throw RelayTestFailure("groupsync \(arguments.first ?? "") failed: \(result.stderr)") }
+    return result.stdout
+  }
+
   /// Runs blocking `body` on a thread of its own.
   static func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
     try await withCheckedThrowingContinuation { continuation in
