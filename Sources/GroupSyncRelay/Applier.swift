@@ -27,19 +27,8 @@ struct Applier {
   func apply(_ connection: PostgresConnection) throws -> Bool {
     let context = self.context
     let keys: [String?] = [context.group, context.storeName]
-    let clock = try connection.execute("SELECT seq, purged_through FROM gs_clock WHERE grp = $1 AND store = $2", keys)
-    let head = clock.first.flatMap { $0[0] }.flatMap { Int64($0) } ?? 0
-    let purged = clock.first.flatMap { $0[1] }.flatMap { Int64($0) } ?? 0
-    context.logHead = head
-    if context.place.applied > head {
-      try resync(connection, reason: "the log restarted below this host's place \(context.place.applied)")
-      return true
-    }
-    if context.place.applied < purged {
-      try resync(connection, reason: "this host's place \(context.place.applied) was purged (log kept from \(purged + 1))")
-      return true
-    }
-    guard head > context.place.applied else { return false }
+    // The entries first (one round trip on the hot path); the clock only
+    // when they do not follow on from the applied place.
     let rows = try connection.execute(
       """
       SELECT seq, origin_host, body FROM gs_change WHERE grp = $1 AND store = $2 AND seq > $3 ORDER BY seq LIMIT $4
@@ -47,19 +36,38 @@ struct Applier {
     var entries: [(position: Int64, origin: String, entry: LogEntry)] = []
     var expected = context.place.applied + 1
     for row in rows {
-      guard let position = row[0].flatMap({ Int64($0) }), let origin = row[1], let body = row[2] else { continue }
-      guard position == expected else {
-        // Positions are gapless; a hole means a purge raced this read.
-        if entries.isEmpty {
-          try resync(connection, reason: "entry \(expected) is gone from the log")
-          return true
-        }
-        break
-      }
+      guard let position = row[0].flatMap({ Int64($0) }), let origin = row[1], let body = row[2],
+        position == expected
+      else { break }
       entries.append((position, origin, try LogEntry.decode(body, store: context.storeName, sequence: position)))
       expected += 1
     }
+    if entries.isEmpty {
+      let clock = try connection.execute(
+        "SELECT seq, purged_through FROM gs_clock WHERE grp = $1 AND store = $2", keys)
+      let head = clock.first.flatMap { $0[0] }.flatMap { Int64($0) } ?? 0
+      let purged = clock.first.flatMap { $0[1] }.flatMap { Int64($0) } ?? 0
+      context.logHead = head
+      if context.place.applied > head {
+        try resync(connection, reason: "the log restarted below this host's place \(context.place.applied)")
+        return true
+      }
+      if context.place.applied < purged {
+        try resync(
+          connection, reason: "this host's place \(context.place.applied) was purged (log kept from \(purged + 1))")
+        return true
+      }
+      if !rows.isEmpty || head > context.place.applied {
+        // Positions are gapless: a hole right after the place means a purge
+        // raced the read; the next pass sees the new horizon.
+        throw RelayError.invalidEntry(
+          store: context.storeName, sequence: expected, reason: "entry \(expected) is missing from the log")
+      }
+      return false
+    }
     guard let last = entries.last else { return false }
+    // The log reaches at least this far, whether or not the entries apply.
+    context.logHead = max(context.logHead, last.position)
     var rowCount = 0
     let (_, changeSet) = try context.store.writeAndReturnChangeSet { db in
       // Another process may have changed the schema since GRDB cached it.
@@ -88,6 +96,7 @@ struct Applier {
     }
     // Only now, COMMIT returned: the place moves on in memory.
     context.place.applied = last.position
+    context.logHead = max(context.logHead, last.position)
     context.emit(
       .applied(
         store: context.storeName, position: last.position, entries: entries.count, rows: rowCount,

@@ -252,6 +252,10 @@ public final class Relay: @unchecked Sendable {
   /// positions here and the shipped place moves to the log's.
   private func recover(_ context: ReplicaContext, _ connection: PostgresConnection) throws {
     let keys: [String?] = [context.group, context.storeName, context.host]
+    try connection.execute(
+      "INSERT INTO gs_host(grp, store, host) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", keys)
+    try connection.execute(
+      "INSERT INTO gs_clock(grp, store) VALUES ($1, $2) ON CONFLICT DO NOTHING", [context.group, context.storeName])
     let rows = try connection.execute(
       "SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3", keys)
     guard let shipped = rows.first.flatMap({ $0[0] }).flatMap({ Int64($0) }), shipped > context.place.shipped else {

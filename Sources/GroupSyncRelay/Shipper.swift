@@ -39,12 +39,15 @@ struct Shipper {
     return true
   }
 
-  /// Reads the unshipped rows in one snapshot and gives new rows their
-  /// global IDs, in one local transaction (when it gives any, it commits a
-  /// change set of the relay's own, which is never shipped).
+  /// Reads the unshipped rows in one read snapshot, and gives new rows
+  /// their global IDs in memory: they are recorded here after COMMIT, with
+  /// the positions (and, after a crash, from the log's own entries, which
+  /// carry the origin's rowids), so no local commit delays a shipment.
   private func makePlan() throws -> Plan? {
     let context = self.context
-    return try context.store.write { db -> Plan? in
+    // Most wake-ups find nothing new: ask without a transaction first.
+    guard try context.store.currentSequence() > context.place.shipped else { return nil }
+    return try context.store.read { db -> Plan? in
       // Another process may have changed the schema since GRDB cached it.
       db.clearSchemaCache()
       let pending = try context.unshipped(db)
@@ -71,7 +74,6 @@ struct Shipper {
             images.append(RowImage(gid: entry.gid, rowID: rowID, base: entry.position, values: values, lost: nil))
           } else if let values {
             let gid = UUID().uuidString.lowercased()
-            try RowIdentityMap.set(.init(gid: gid, rowID: rowID, position: 0), db, table: table)
             images.append(RowImage(gid: gid, rowID: rowID, base: 0, values: values, lost: nil))
           }
           // Neither mapped nor present: made and deleted before shipping.
@@ -105,9 +107,8 @@ struct Shipper {
     let context = self.context
     let keys: [String?] = [context.group, context.storeName]
     return try connection.transaction {
-      try connection.execute(
-        "INSERT INTO gs_host(grp, store, host) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", keys + [context.host])
-      try connection.execute("INSERT INTO gs_clock(grp, store) VALUES ($1, $2) ON CONFLICT DO NOTHING", keys)
+      // gs_host's and gs_clock's rows exist: Relay.recover makes them on
+      // every connect.
       let shipped = try connection.execute(
         "SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3 FOR UPDATE",
         keys + [context.host])
@@ -260,12 +261,21 @@ struct Shipper {
     }
   }
 
-  /// Raises the position of this host's rows that won in `entry`; a row
-  /// deleted here becomes a tombstone if its rowid was not reused.
+  /// Records this host's rows of its own `entry`: a new row's global ID
+  /// (mapped to the rowid the image carries, unless that rowid is mapped
+  /// already), and the position of the rows that won; a row deleted here
+  /// becomes a tombstone if its rowid was not reused.
   static func recordWinners(_ entry: LogEntry, position: Int64, _ db: Database) throws {
     for table in entry.tables {
       let shape = try TableShape.read(db, table: table.name, store: "")
-      for row in table.rows where row.lost != true {
+      for row in table.rows {
+        if let rowID = row.rowID, row.values != nil,
+          try RowIdentityMap.entry(db, table: table.name, gid: row.gid) == nil,
+          try RowIdentityMap.entry(db, table: table.name, rowID: rowID) == nil
+        {
+          try RowIdentityMap.set(.init(gid: row.gid, rowID: rowID, position: 0), db, table: table.name)
+        }
+        guard row.lost != true else { continue }
         var deleted = false
         if row.values == nil, let rowID = row.rowID {
           deleted = try shape?.values(db, rowID: rowID) == nil
