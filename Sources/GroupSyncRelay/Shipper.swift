@@ -106,31 +106,45 @@ struct Shipper {
   private func send(_ plan: Plan, _ connection: PostgresConnection) throws -> Outcome {
     let context = self.context
     let keys: [String?] = [context.group, context.storeName]
+    do {
+      return try shipTransaction(plan, connection, keys: keys)
+    } catch let already as AlreadyShipped {
+      return .alreadyShipped(shipped: already.shipped)
+    }
+  }
+
+  /// Thrown inside the shipping transaction to roll it back.
+  private struct AlreadyShipped: Error {
+    let shipped: Int64
+  }
+
+  private func shipTransaction(_ plan: Plan, _ connection: PostgresConnection, keys: [String?]) throws -> Outcome {
+    let context = self.context
     return try connection.transaction {
       // gs_host's and gs_clock's rows exist: Relay.recover makes them on
-      // every connect.
-      let shipped = try connection.execute(
-        "SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3 FOR UPDATE",
-        keys + [context.host])
-      let shippedPlace = Int64(shipped.first?.first.flatMap { $0 } ?? "0") ?? 0
-      if shippedPlace >= plan.through { return .alreadyShipped(shipped: shippedPlace) }
-      // The clock row's lock orders this shipment among all shippers of
-      // the store until COMMIT: the position is gapless, in commit order.
+      // every connect. One round trip locks this host's row, reads its
+      // shipped place, and takes the next position: the clock row's lock
+      // orders this shipment among all shippers of the store until COMMIT,
+      // so positions are gapless and in commit order. (Already shipped: the
+      // ROLLBACK undoes the increment.)
       let clock = try connection.execute(
-        "UPDATE gs_clock SET seq = seq + 1 WHERE grp = $1 AND store = $2 RETURNING seq", keys)
-      guard let text = clock.first?.first.flatMap({ $0 }), let position = Int64(text) else {
+        """
+        WITH host AS (
+          SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3 FOR UPDATE)
+        UPDATE gs_clock SET seq = seq + 1 WHERE grp = $1 AND store = $2
+        RETURNING seq, (SELECT shipped_seq FROM host)
+        """, keys + [context.host])
+      guard let text = clock.first?[0] ?? nil, let position = Int64(text) else {
         throw RelayError.invalidEntry(store: context.storeName, sequence: 0, reason: "gs_clock returned no position")
       }
+      let shippedPlace = clock.first.flatMap { $0[1] }.flatMap { Int64($0) } ?? 0
+      if shippedPlace >= plan.through { throw AlreadyShipped(shipped: shippedPlace) }
       var entry = LogEntry(tables: [], conflicts: [])
       for table in plan.tables {
         let resolved = try settle(table, position: position, connection: connection, conflicts: &entry.conflicts)
         if !resolved.rows.isEmpty { entry.tables.append(resolved) }
       }
       let body = try entry.encoded()
-      try connection.execute(
-        """
-        INSERT INTO gs_change(grp, store, seq, origin_host, origin_seq, body) VALUES ($1, $2, $3, $4, $5, $6)
-        """, keys + [String(position), context.host, String(plan.through), body])
       for conflict in entry.conflicts {
         let record = String(decoding: try JSONEncoder().encode(conflict), as: UTF8.self)
         try connection.execute(
@@ -141,18 +155,24 @@ struct Shipper {
           keys + [String(position), conflict.table, conflict.gid, conflict.rule, conflict.winnerHost,
                   conflict.loserHost, record])
       }
+      // The entry, the shipped place, the purge of what retention lets go
+      // and the doorbell, in one round trip (data-modifying WITH clauses
+      // run whether or not the final SELECT reads them).
+      let horizon = context.retention.map { position - $0 } ?? 0
       try connection.execute(
-        "UPDATE gs_host SET shipped_seq = $4, seen_at = now() WHERE grp = $1 AND store = $2 AND host = $3",
-        keys + [context.host, String(plan.through)])
-      if let retention = context.retention, position - retention > 0 {
-        let horizon = String(position - retention)
-        try connection.execute("DELETE FROM gs_change WHERE grp = $1 AND store = $2 AND seq <= $3", keys + [horizon])
-        try connection.execute(
-          "UPDATE gs_clock SET purged_through = greatest(purged_through, $3) WHERE grp = $1 AND store = $2",
-          keys + [horizon])
-      }
-      try connection.execute(
-        "SELECT pg_notify($1, $2)", [LogSchema.channel, "\(context.group)/\(context.storeName):\(position)"])
+        """
+        WITH entry AS (
+          INSERT INTO gs_change(grp, store, seq, origin_host, origin_seq, body) VALUES ($1, $2, $3, $4, $5, $6)),
+        place AS (
+          UPDATE gs_host SET shipped_seq = $5, seen_at = now() WHERE grp = $1 AND store = $2 AND host = $4),
+        purge AS (
+          DELETE FROM gs_change WHERE grp = $1 AND store = $2 AND seq <= $7),
+        horizon AS (
+          UPDATE gs_clock SET purged_through = $7 WHERE grp = $1 AND store = $2 AND purged_through < $7)
+        SELECT pg_notify($8, $9)
+        """,
+        keys + [String(position), context.host, String(plan.through), body, String(horizon), LogSchema.channel,
+                "\(context.group)/\(context.storeName):\(position)"])
       return .shipped(position: position, entry: entry)
     }
   }
