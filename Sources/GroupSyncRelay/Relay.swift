@@ -182,14 +182,16 @@ public final class Relay: @unchecked Sendable {
         lastError = nil
       } catch {
         let text = "\(error)"
-        if text != lastError { emit(.error(text)) }
+        let repeated = text == lastError
+        if !repeated { emit(.error(text)) }
         lastError = text
         setError(text)
         needsRecovery = true
         if !(connection?.isConnected ?? false) || !Self.isLocal(error) {
           // The connection broke (or is in doubt): drop it and reconnect.
           connection = nil
-          if text != lastError { emit(.disconnected(reason: text)) }
+          setConnected(false)
+          if !repeated { emit(.disconnected(reason: text)) }
           refreshStatus(force: true)
           waitForWake(delay)
           delay = min(delay * 2, configuration.maximumReconnectDelay)
