@@ -8,7 +8,10 @@
 #   Scripts/demo-hosts.sh BIN_FOLDER [WORK_FOLDER]
 set -eu
 bin=$1
-work=${2:-$(mktemp -d /tmp/groupsync-demo-hosts-XXXXXX)}
+if [ $# -ge 2 ]; then work=$2; mkdir -p "$work"; made=""; else
+  work=$(mktemp -d /tmp/groupsync-demo-hosts-XXXXXX); made=$work; fi
+# The server runs as the user postgres, which must reach its folder.
+chmod 755 "$work"
 port=54330
 pg="$work/pg"
 conninfo="host=$pg port=$port user=postgres dbname=postgres"
@@ -18,6 +21,7 @@ cleanup() {
   for pid in $relays; do kill "$pid" 2>/dev/null || true; done
   for pid in $relays; do wait "$pid" 2>/dev/null || true; done
   "$(dirname "$0")/../Benchmarks/postgres.sh" stop "$pg"
+  if [ -n "$made" ]; then rm -rf "$made"; fi
 }
 trap cleanup EXIT INT TERM
 

@@ -242,11 +242,19 @@ public final class Relay: @unchecked Sendable {
         if isStopping { return }
       }
     }
+    // A store whose entry is refused (schema) does not hold up the others;
+    // the first such error is reported once they are done.
+    var refused: (any Error)?
     for context in contexts {
-      while try Applier(context: context).apply(connection) {
-        if isStopping { return }
+      do {
+        while try Applier(context: context).apply(connection) {
+          if isStopping { return }
+        }
+      } catch where Self.isLocal(error) {
+        refused = refused ?? error
       }
     }
+    if let refused { throw refused }
   }
 
   /// After a (re)connect: PostgreSQL may hold shipments whose local
