@@ -74,8 +74,10 @@ struct Applier {
       db.clearSchemaCache()
       let pending = try context.unshipped(db)
       let changesBefore = db.totalChangesCount
+      var notesAdded = false
       var shapes: [String: TableShape] = [:]
-      for (position, _, entry) in entries {
+      for (position, origin, entry) in entries {
+        if try applyNotes(entry.notes ?? [], own: origin == context.host, db) { notesAdded = true }
         for table in entry.tables {
           let shape = try Self.shape(of: table.name, columns: table.columns, store: context.storeName, db, &shapes)
           for row in table.rows {
@@ -88,7 +90,7 @@ struct Applier {
       // Entries that changed nothing here (this host's own, mostly) leave
       // the stored place behind, and the transaction commits nothing: a
       // relay restarted there reads them again and skips them again.
-      guard db.totalChangesCount != changesBefore else { return }
+      guard db.totalChangesCount != changesBefore || notesAdded else { return }
       var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
       place.applied = last.position
       place.shipped = max(place.shipped, context.place.shipped)
@@ -109,6 +111,26 @@ struct Applier {
       "UPDATE gs_host SET applied_seq = $4, seen_at = now() WHERE grp = $1 AND store = $2 AND host = $3",
       keys + [context.host, String(last.position)])
     return true
+  }
+
+  /// Group-defaults changes are applied from every entry, this host's own
+  /// too, so that every host ends with the value last in the log's order
+  /// (a change that does not change the value here tells nobody);
+  /// notifications are re-posted from the other hosts' entries only.
+  /// Returns whether it added a note (which must commit with the place).
+  private func applyNotes(_ notes: [ShippedNote], own: Bool, _ db: Database) throws -> Bool {
+    var added = false
+    for note in notes {
+      if note.name.hasPrefix("defaults/"),
+        let change = try? JSONDecoder().decode(DefaultsChange.self, from: note.payload)
+      {
+        try context.store.applyDefaultsChange(change, in: db)
+      } else if !own && note.name.hasPrefix("notify/") {
+        try context.store.addNote(ChangeSetNote(name: note.name, payload: [UInt8](note.payload)), in: db)
+        added = true
+      }
+    }
+    return added
   }
 
   /// The local table `name`, checked against an entry's columns.

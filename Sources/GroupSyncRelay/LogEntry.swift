@@ -13,10 +13,14 @@ struct LogEntry: Codable, Sendable, Equatable {
   var tables: [TableImage]
   /// Conflicts the shipping transaction settled, for every host to report.
   var conflicts: [ConflictRecord]
+  /// The notes of the local change sets shipped (group-defaults changes,
+  /// notifications), in commit order.
+  var notes: [ShippedNote]?
 
   enum CodingKeys: String, CodingKey {
     case tables = "t"
     case conflicts = "c"
+    case notes = "n"
   }
 
   var rowCount: Int { tables.reduce(0) { $0 + $1.rows.count } }
@@ -32,6 +36,13 @@ struct LogEntry: Codable, Sendable, Equatable {
       throw RelayError.invalidEntry(store: store, sequence: sequence, reason: "\(error)")
     }
   }
+}
+
+/// A change set's note as the log carries it: its name and its payload
+/// (base64).
+struct ShippedNote: Codable, Sendable, Equatable {
+  var name: String
+  var payload: Data
 }
 
 /// The rows of one table in a log entry.

@@ -54,6 +54,8 @@ final class ReplicaContext: @unchecked Sendable {
     var everything = false
     var changeSets = 0
     var head: Int64 = 0
+    /// The notes of the unshipped change sets, in commit order.
+    var notes: [ShippedNote] = []
 
     func isDirty(table: String, rowID: Int64?) -> Bool {
       if everything || wholeTables.contains(table) { return true }
@@ -78,6 +80,7 @@ final class ReplicaContext: @unchecked Sendable {
         result.changeSets += 1
         switch entry.changeSet {
         case .success(let changeSet):
+          result.notes += changeSet.notes.map { ShippedNote(name: $0.name, payload: Data($0.payload)) }
           for (table, changes) in changeSet.tables where !TableShape.isInternal(table.name) {
             result.rows[table.name, default: []].formUnion(changes.inserted + changes.updated + changes.deleted)
           }

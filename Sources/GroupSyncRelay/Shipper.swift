@@ -21,6 +21,7 @@ struct Shipper {
     var changeSets: Int
     var tables: [TableImage]
     var unsupported: [RelayError]
+    var notes: [ShippedNote] = []
   }
 
   /// Ships what is pending; returns whether anything went to the log.
@@ -52,7 +53,8 @@ struct Shipper {
       db.clearSchemaCache()
       let pending = try context.unshipped(db)
       guard pending.head > context.place.shipped else { return nil }
-      var plan = Plan(through: pending.head, changeSets: pending.changeSets, tables: [], unsupported: [])
+      var plan = Plan(
+        through: pending.head, changeSets: pending.changeSets, tables: [], unsupported: [], notes: pending.notes)
       guard pending.changeSets > 0 || pending.everything else { return plan }
       plan.changeSets = max(plan.changeSets, 1)
       var tables = Set(pending.rows.keys).union(pending.wholeTables)
@@ -139,7 +141,7 @@ struct Shipper {
       }
       let shippedPlace = clock.first.flatMap { $0[1] }.flatMap { Int64($0) } ?? 0
       if shippedPlace >= plan.through { throw AlreadyShipped(shipped: shippedPlace) }
-      var entry = LogEntry(tables: [], conflicts: [])
+      var entry = LogEntry(tables: [], conflicts: [], notes: plan.notes.isEmpty ? nil : plan.notes)
       for table in plan.tables {
         let resolved = try settle(table, position: position, connection: connection, conflicts: &entry.conflicts)
         if !resolved.rows.isEmpty { entry.tables.append(resolved) }

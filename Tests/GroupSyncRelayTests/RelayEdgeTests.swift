@@ -110,3 +110,49 @@ extension RelayTests {
     }
   }
 }
+
+extension RelayTests {
+  /// Group defaults and notifications travel too: a notification posted on
+  /// A reaches B's observers once (and is not posted again on A), a
+  /// defaults change on either host ends on both, last in the log wins.
+  @Test func defaultsAndNotificationsTravelAcrossHosts() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let b = try await GroupHost("b", root: root.path, server: server)
+      try await a.startRelay()
+      try await b.startRelay()
+      let groupA = try GroupFolder(path: a.folder, create: false)
+      let groupB = try GroupFolder(path: b.folder, create: false)
+      let onA = Received(), onB = Received()
+      let streams = [(try groupA.notifications.notifications(matching: "import."), onA),
+                     (try groupB.notifications.notifications(matching: "import."), onB)]
+      let tasks = streams.map { stream, received in
+        Task { for await note in stream { received.add(note.name + "=" + String(decoding: note.payload, as: UTF8.self)) } }
+      }
+      defer { tasks.forEach { $0.cancel() } }
+      try await Executables.groupsync(["post", a.folder, "import.finished", "--payload", "hello"])
+      try await Executables.groupsync(["defaults", a.folder, "set", "theme", "dark"])
+      try await waitUntil("b has the default") {
+        (try? groupB.defaults(suite: "app").value(forKey: "theme")) == .string("dark")
+          || (try? Executables.runSync(["defaults", b.folder, "get", "theme"]))?.contains("dark") == true
+      }
+      try await waitUntil("b got the notification") { onB.all == ["import.finished=hello"] }
+      try await Executables.groupsync(["defaults", b.folder, "set", "theme", "light"])
+      try await waitUntil("a has b's default") {
+        (try? Executables.runSync(["defaults", a.folder, "get", "theme"]))?.contains("light") == true
+      }
+      try await waitForConvergence([a, b], server: server)
+      #expect(onA.all == ["import.finished=hello"], "posted once on A, never again from the log")
+      #expect(onB.all == ["import.finished=hello"])
+    }
+  }
+}
+
+/// Strings a task collects, read by the test.
+final class Received: @unchecked Sendable {
+  private let lock = NSLock()
+  private var items: [String] = []
+  func add(_ item: String) { lock.withLock { items.append(item) } }
+  var all: [String] { lock.withLock { items } }
+}
