@@ -247,10 +247,11 @@ struct ListenerTests {
 
     // Two commits whose writers died before publishing: the store is at
     // start + 2, and only the change set of start + 2 reaches the inbox.
+    // The grace period runs from the missing change set's commit.
+    let placedAt = ContinuousClock.now
     try ProcessHarness.advanceSequenceWithoutPublishing(store: group.layout.store, by: 2)
     let next = start + 1
     let file = group.layout.inboxFile("gappy", sequence: next + 1)
-    let placedAt = ContinuousClock.now
     try ProcessHarness.placeAtomically(
       ChangeSetEncoding.encode(craftedChangeSet(store: group.store.storeID, sequence: next + 1)), at: file,
       staging: folder.path)

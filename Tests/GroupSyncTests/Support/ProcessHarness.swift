@@ -142,12 +142,15 @@ enum ProcessHarness {
     var configuration = Configuration()
     configuration.busyMode = .timeout(10)
     let queue = try DatabaseQueue(path: path, configuration: configuration)
+    // Stamped now, as a writer's commit would be: a missing change set's
+    // grace period runs from its commit time.
+    let now = Store.nowNanoseconds()
     try queue.write { db in
       for _ in 0..<count {
         try db.execute(sql: """
           INSERT INTO \(StoreState.historyTable)(seq, committed_at, author, pid, payload)
-          SELECT coalesce(max(seq), 0) + 1, 0, 'test', 0, x'' FROM \(StoreState.historyTable)
-          """)
+          SELECT coalesce(max(seq), 0) + 1, ?, 'test', 0, x'' FROM \(StoreState.historyTable)
+          """, arguments: [now])
       }
     }
   }
