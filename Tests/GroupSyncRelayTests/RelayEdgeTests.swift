@@ -156,3 +156,30 @@ final class Received: @unchecked Sendable {
   func add(_ item: String) { lock.withLock { items.append(item) } }
   var all: [String] { lock.withLock { items } }
 }
+
+extension RelayTests {
+  /// The server ends a relay's session (`pg_terminate_backend`): its
+  /// LISTEN ends with it and nothing reconnects it but the relay, which
+  /// does, takes its lock again, and goes on.
+  @Test func aTerminatedSessionIsReconnected() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let b = try await GroupHost("b", root: root.path, server: server)
+      try await a.startRelay()
+      try await b.startRelay()
+      try await a.exec(["INSERT INTO note(title) VALUES ('before')"])
+      try await waitForConvergence([a, b], server: server)
+      let terminated = try server.query("""
+        SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted
+        """)
+      #expect(terminated.first?[0] == "2")
+      try await waitUntil("both relays reconnect") {
+        a.events("connected").count == 2 && b.events("connected").count == 2
+      }
+      try await a.exec(["INSERT INTO note(title) VALUES ('after')"])
+      let content = try await waitForConvergence([a, b], server: server)
+      #expect(content.count == 2)
+    }
+  }
+}
