@@ -183,3 +183,36 @@ extension RelayTests {
     }
   }
 }
+
+extension RelayTests {
+  /// An entry of the shared log that cannot be decoded is refused with an
+  /// error naming it; nothing moves past it until it is readable.
+  @Test func anUnreadableEntryIsRefusedUntilRepaired() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let b = try await GroupHost("b", root: root.path, server: server)
+      try await a.startRelay()
+      try await b.startRelay()
+      try await waitForConvergence([a, b], server: server)
+      let connection = try server.connect()
+      let position = try connection.transaction { () -> String in
+        let seq = try connection.execute("UPDATE gs_clock SET seq = seq + 1 WHERE grp = 'app' RETURNING seq")[0][0]!
+        try connection.execute(
+          "INSERT INTO gs_change(grp, store, seq, origin_host, origin_seq, body) VALUES ('app', 'main', $1, 'z', 1, 'not json')",
+          [seq])
+        try connection.execute("SELECT pg_notify('gs_changes', 'app/main:' || $1)", [seq])
+        return seq
+      }
+      try await waitUntil("b refuses the entry") {
+        b.events("error").contains { ($0["value"] as? String)?.contains("invalid entry #\(position) of store 'main'") == true }
+      }
+      try await a.exec(["INSERT INTO note(title) VALUES ('after')"])
+      try await waitUntil("a shipped behind it") { (try? a.content().count) == 1 && a.relayStatus()?.stores.first?.unshipped == 0 }
+      #expect(try b.content().isEmpty)
+      try connection.execute("UPDATE gs_change SET body = '{\"t\":[],\"c\":[]}' WHERE seq = $1", [position])
+      let content = try await waitForConvergence([a, b], server: server)
+      #expect(content.count == 1)
+    }
+  }
+}
