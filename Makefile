@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CONFIG ?= debug
 BIN = .build/$(CONFIG)/groupsync
 
-.PHONY: help deps build docs test test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick bench-peers bench-tools pg-start clean
+.PHONY: help deps deps-postgres deps-test demo-hosts build docs test test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick bench-peers bench-tools pg-start clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -15,7 +15,23 @@ deps: ## Install libuv and SQLite headers with apt-get if they are missing
 	  apt-get update && apt-get install -y libuv1-dev libsqlite3-dev; \
 	fi
 
-build: deps ## Build the library and the groupsync tool
+# The relay (GroupSyncRelay, groupsync-relay) links libpq, and its tests
+# start a throw-away PostgreSQL server: Debian's packages, as root.
+deps-postgres: ## Install PostgreSQL and libpq-dev with apt-get if they are missing
+	@if [ ! -f /usr/include/postgresql/libpq-fe.h ] || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  echo "installing postgresql libpq-dev"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql libpq-dev; \
+	fi
+
+# The terminal tests (query --live, status --watch) drive a real terminal
+# through tmux; without it they would be skipped.
+deps-test: deps-postgres ## Install tmux (and PostgreSQL) for the tests if missing
+	@if [ ! -x /usr/bin/tmux ]; then \
+	  echo "installing tmux"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y tmux; \
+	fi
+
+build: deps deps-postgres ## Build the library, the groupsync tool and the relay
 	$(SWIFT) build -c $(CONFIG)
 
 test: deps docs test-c test-swift test-asan test-tsan install-check ## Run every test: the docs (warnings are errors), C under ASan, Swift (plain, ASan, TSan), install
@@ -30,7 +46,7 @@ docs: ## Build the DocC documentation into .build/docs/GroupSync (warnings are e
 	$(SWIFT) package --allow-writing-to-directory $(DOCS) generate-documentation --target GroupSync \
 	  --warnings-as-errors --output-path $(DOCS)/GroupSync --transform-for-static-hosting --hosting-base-path GroupSync
 
-test-swift: deps ## Run the Swift tests (library, CLI across real processes)
+test-swift: deps deps-test ## Run the Swift tests (library, CLI across real processes)
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 
@@ -40,14 +56,14 @@ test-swift: deps ## Run the Swift tests (library, CLI across real processes)
 # still alive at exit, which are not leaks.
 ASAN_ENV = GROUPSYNC_BIN=$(CURDIR)/.build-asan/debug/groupsync GROUPSYNC_SANITIZER=address \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
-test-asan: deps ## Run the Swift tests under AddressSanitizer (.build-asan)
+test-asan: deps deps-test ## Run the Swift tests under AddressSanitizer (.build-asan)
 	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan
 	$(ASAN_ENV) $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan
 
 # ThreadSanitizer sees the library's locks (pthread mutexes, see
 # Support/Locked.swift); Synchronization.Mutex's futex it could not.
 TSAN_ENV = GROUPSYNC_BIN=$(CURDIR)/.build-tsan/debug/groupsync GROUPSYNC_SANITIZER=thread
-test-tsan: deps ## Run the Swift tests under ThreadSanitizer (.build-tsan)
+test-tsan: deps deps-test ## Run the Swift tests under ThreadSanitizer (.build-tsan)
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
 	$(TSAN_ENV) $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan
 
@@ -77,6 +93,13 @@ fuzz-capture: deps ## Randomized differential test of the capture (GROUPSYNC_FUZ
 demo: deps ## The main job: listener and writer processes on a fresh group folder
 	$(SWIFT) build -c release --product groupsync
 	.build/release/groupsync demo --listeners 4 --writers 2 --transactions 100
+
+# Hosts kept in step through PostgreSQL: a throw-away server, three group
+# folders with a relay each, writers on each (Scripts/demo-hosts.sh).
+demo-hosts: deps deps-postgres ## Three hosts, a relay each, writers on each, through a throw-away PostgreSQL: converged?
+	$(SWIFT) build -c release --product groupsync
+	$(SWIFT) build -c release --product groupsync-relay
+	Scripts/demo-hosts.sh .build/release
 
 lib: deps ## Build libGroupSyncShared.so (release)
 	$(SWIFT) build -c release --product GroupSyncShared
@@ -115,8 +138,9 @@ clean: ## Remove build products (also the sanitizer and bench build folders)
 # (.build), e.g. BENCH_BUILD=.build-bench to keep clear of another build.
 BENCH_BUILD ?= .build
 BENCH = $(BENCH_BUILD)/release/groupsync-bench
-bench-tools:
+bench-tools: deps-postgres
 	$(SWIFT) build -c release --product groupsync-bench --scratch-path $(BENCH_BUILD)
+	$(SWIFT) build -c release --product groupsync-relay --scratch-path $(BENCH_BUILD)
 	@mkdir -p bench/out
 	cc -O2 -Wall -Wextra -o bench/out/floor Benchmarks/floor.c
 
@@ -133,7 +157,7 @@ pg-start:
 
 # Without a PostgreSQL server (no root, no apt), `make bench` runs the rest
 # and notes that the peers phase was skipped.
-bench: deps bench-tools ## Benchmarks vs the floor, PostgreSQL NOTIFY, polling, raw SQLite and plain GRDB (< 12 min): bench/results.json
+bench: deps bench-tools ## Benchmarks vs the floor, PostgreSQL NOTIFY, two hosts through relays, polling, raw SQLite and plain GRDB (< 13 min): bench/results.json
 	cc -O2 -Wall -Wextra -shared -fPIC -o bench/out/vgshim.so Benchmarks/vgshim.c
 	@if Benchmarks/postgres.sh start $(PG_FOLDER) $(PG_PORT) && $(PGNOTIFY_CC); then \
 	  set -- --pgnotify bench/out/pgnotify --postgres-conninfo "$(PG_CONNINFO)"; \

@@ -11,6 +11,10 @@ let package = Package(
     // Listeners, durable consumers and the GRDB relay as swift-service-lifecycle
     // services: a product of its own, so the core library's users don't build it.
     .library(name: "GroupSyncServices", targets: ["GroupSyncServices"]),
+    // The bridge between hosts through PostgreSQL (libpq): a product of its
+    // own, so that the core library and `groupsync` never link libpq.
+    .library(name: "GroupSyncRelay", targets: ["GroupSyncRelay"]),
+    .executable(name: "groupsync-relay", targets: ["groupsync-relay"]),
   ],
   dependencies: [
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -42,6 +46,25 @@ let package = Package(
         "GroupSync",
         .product(name: "GRDB", package: "GRDB.swift"),
         .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+      ]
+    ),
+    // libpq (Debian's libpq-dev), for the relay only.
+    .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ"),
+    .target(
+      name: "GroupSyncRelay",
+      dependencies: [
+        "GroupSync",
+        "CLibPQ",
+        .product(name: "GRDB", package: "GRDB.swift"),
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
+    .executableTarget(
+      name: "groupsync-relay",
+      dependencies: [
+        "GroupSync",
+        "GroupSyncRelay",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
     ),
     // Child processes for the demo, the benchmark and the tests; in no product.
@@ -78,6 +101,13 @@ let package = Package(
         .product(name: "MetricsTestKit", package: "swift-metrics"),
         .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+      ]
+    ),
+    // The relay across hosts, against a throw-away PostgreSQL server.
+    .testTarget(
+      name: "GroupSyncRelayTests",
+      dependencies: [
+        "GroupSync", "GroupSyncRelay", "GroupSyncProcess", "CLibPQ", .product(name: "GRDB", package: "GRDB.swift"),
       ]
     ),
   ],

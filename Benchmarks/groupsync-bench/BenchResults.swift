@@ -12,6 +12,7 @@ struct BenchResults: Codable {
   var settings: BenchSettings
   var latency: [BenchLatencyRow] = []
   var peers: BenchPeersResult?
+  var hosts: BenchHostsResult?
   var polling: BenchPollingResult?
   var capture: [BenchCaptureRow] = []
   var codec: [BenchCodecRow] = []

@@ -15,7 +15,7 @@ final class BenchRunner {
     var floorPath: String
     var valgrindShim: String?
     var callgrind: Bool
-    /// Phases to run (nil: all): capture, latency, peers, polling, memory,
+    /// Phases to run (nil: all): capture, latency, peers, hosts, polling, memory,
     /// reads, catch-up, contexts.
     var phases: Set<String>? = nil
     /// Overrides the settings' listener counts.
@@ -67,6 +67,7 @@ final class BenchRunner {
     }
     if selected("latency") { try latencyAndFanOut() }
     if selected("peers") { try phase("peers") { try peers() } }
+    if selected("hosts") { try phase("hosts") { try hosts() } }
     if selected("polling") { try phase("polling") { try polling() } }
     if selected("memory") { try phase("memory") { try memory() } }
     if selected("reads") { try phase("read latency") { try readLatency() } }

@@ -47,6 +47,23 @@ enum BenchTable {
       }
     }
 
+    if let h = r.hosts {
+      line()
+      line("2c. Hosts: a commit on host A to a listener on host B, through A's relay, PostgreSQL and B's relay (each host a")
+      line("    group folder with its own groupsync-relay process); sparse commits (5 ms apart), from A asking to commit")
+      row([("path", 34), ("n", 6), ("p50 / p99 / max", 30)])
+      row([("A → B (relays)", 34), (String(h.latency.n), 6), (h.latency.text, 30)])
+      if let notify = h.notify { row([("PostgreSQL NOTIFY alone", 34), (String(notify.n), 6), (notify.text, 30)]) }
+      if let local = h.localDelivery { row([("GroupSync local delivery (N=1)", 34), (String(local.n), 6), (local.text, 30)]) }
+      if let target = h.targetP50 {
+        line("    target: A → B p50 <= 2 x (NOTIFY p50 + local p50) = \(BenchFormat.us(target)): "
+          + (h.latency.p50 <= target ? "met" : "NOT met"))
+      }
+      line("    throughput: \(h.throughputCommits) one-row commits on A until B holds every row: "
+        + "\(Int(h.throughputChangeSetsPerSecond)) change sets/s (target >= 2,000: \(h.throughputChangeSetsPerSecond >= 2000 ? "met" : "NOT met")), "
+        + "shipped as \(h.throughputLogEntries) log entries")
+    }
+
     if let p = r.polling {
       line()
       line("3. The naive alternatives: PRAGMA data_version polled on a read-only connection, and inotify on the store's -wal")

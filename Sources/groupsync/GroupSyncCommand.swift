@@ -9,7 +9,7 @@ struct GroupSyncCommand: AsyncParsableCommand {
     abstract: "Keep processes that share an SQLite store in step.",
     subcommands: [
       Init.self, Exec.self, Watch.self, Query.self, Status.self, Log.self, Show.self, MigrateStore.self,
-      DefaultsCommand.self, Post.self, Demo.self,
+      DefaultsCommand.self, Post.self, Demo.self, RelayCommand.self,
     ])
 
   /// Runs `body`, turning any error into one line on stderr and exit 1.

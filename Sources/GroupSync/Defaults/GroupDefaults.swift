@@ -38,12 +38,14 @@ public struct GroupDefaults: Sendable {
     self.suite = suite
     self.store = store
     self.hub = hub
-    try store.pool.write { db in
-      try db.execute(sql: """
-        CREATE TABLE IF NOT EXISTS \(Self.table) (
-          suite TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (suite, key))
-        """)
-    }
+    try store.pool.write { db in try Self.setUp(db) }
+  }
+
+  static func setUp(_ db: Database) throws {
+    try db.execute(sql: """
+      CREATE TABLE IF NOT EXISTS \(table) (
+        suite TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (suite, key))
+      """)
   }
 
   // MARK: Reading
@@ -218,5 +220,27 @@ public struct DefaultsChange: Sendable, Equatable, Codable {
       let change = try? JSONDecoder().decode(DefaultsChange.self, from: Data(note.payload))
     else { return nil }
     self = change
+  }
+}
+
+extension Store {
+  /// Sets a group-defaults key as `change` says, inside the open
+  /// ``write(_:)`` of this store, and tells the group's processes as a
+  /// local change would (when the value actually changes). A relay
+  /// applying another host's change uses it, so that the value and its
+  /// notice commit with the applied place.
+  public func applyDefaultsChange(_ change: DefaultsChange, in db: Database) throws {
+    try GroupDefaults.setUp(db)
+    var transaction = DefaultsTransaction(suite: change.suite, db: db)
+    try transaction.set(change.newValue, forKey: change.key)
+    for net in transaction.netChanges() { try observer.addNote(net.note(), db) }
+  }
+
+  /// Adds `note` to the change set of the open ``write(_:)`` of this
+  /// store (a relay re-posting another host's notification uses it).
+  ///
+  /// - Throws: ``GroupSyncError/noteOutsideWrite`` outside `write`.
+  public func addNote(_ note: ChangeSetNote, in db: Database) throws {
+    try observer.addNote(note, db)
   }
 }

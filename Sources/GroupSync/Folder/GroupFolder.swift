@@ -197,9 +197,11 @@ public final class GroupFolder: Sendable {
       }
       listeners[index].places = places
     }
-    return GroupStatus(
+    var status = GroupStatus(
       path: path, storeID: store.storeID, sequence: main.sequence, usesPreUpdateHook: store.usesPreUpdateHook,
       history: main.history, lastForeignCommit: lastForeign, listeners: listeners, stores: stores)
+    status.relays = RelayStatusFile.readAll(group: path)
+    return status
   }
 
   /// One store's part of ``status()``.
@@ -281,6 +283,8 @@ public struct GroupStatus: Sendable, Codable, Equatable {
   public let listeners: [ListenerStatus]
   /// Every store: the main store first, then by name.
   public let stores: [StoreStatus]
+  /// The relays to other hosts that ever ran on this folder, by host.
+  public internal(set) var relays: [RelayStatus] = []
 
   /// What a store's history holds.
   public struct HistoryStatus: Sendable, Codable, Equatable {

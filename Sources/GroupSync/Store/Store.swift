@@ -305,6 +305,26 @@ public final class Store: Sendable {
     return try read { try History.entries(after: sequence, limit: limit, path: path, $0) }
   }
 
+  /// Like ``history(after:limit:)``, inside a transaction the caller has
+  /// open on this store (`db` from ``read(_:)`` or ``write(_:)``), so
+  /// that the entries and the rows read beside them are one snapshot.
+  public func history(after sequence: Int64, limit: Int = 1000, in db: Database) throws -> [HistoryEntry] {
+    if isReadOnly { return [] }
+    return try History.entries(after: sequence, limit: limit, path: path, db)
+  }
+
+  /// The last committed sequence number as `db`'s transaction sees it.
+  public func currentSequence(in db: Database) throws -> Int64 {
+    if isReadOnly { return 0 }
+    return try StoreState.readSequence(db, path: path)
+  }
+
+  /// The oldest sequence number the history holds as `db` sees it.
+  public func oldestHistorySequence(in db: Database) throws -> Int64? {
+    if isReadOnly { return nil }
+    return try History.oldestSequence(db)
+  }
+
   /// The oldest sequence number the history still holds (nil if none).
   public func oldestHistorySequence() throws -> Int64? {
     if isReadOnly { return nil }

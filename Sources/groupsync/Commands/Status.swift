@@ -77,6 +77,20 @@ struct Status: AsyncParsableCommand {
         }
         printLine("listener  \(listener.name): \(state), backlog \(listener.backlog)\(place)")
       }
+      for relay in status.relays {
+        let state = relay.isLive
+          ? "running (pid \(relay.processID)), \(relay.isConnected ? "connected" : "not connected")" : "dead"
+        let updated = ISO8601DateFormatter().string(
+          from: Date(timeIntervalSince1970: Double(relay.updatedAtNanoseconds) / 1e9))
+        printLine("relay     \(relay.host) (group \(relay.group)): \(state), as of \(updated)")
+        for store in relay.stores {
+          printLine(
+            "            \(store.name): shipped \(store.shipped) of \(store.localSequence) (\(store.unshipped) unshipped), "
+              + "applied \(store.applied) of \(store.logHead) (lag \(store.lagChangeSets), "
+              + String(format: "%.1f s", store.lagSeconds) + "), \(store.conflicts) conflicts")
+        }
+        if let error = relay.lastError { printLine("            last error: \(error)") }
+      }
     }
   }
 }

@@ -1,0 +1,144 @@
+import Foundation
+import GRDB
+import GroupSync
+import GroupSyncProcess
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Two hosts through PostgreSQL: group folders `hosts/a` and `hosts/b`,
+/// each with its own `groupsync-relay` process (beside this executable).
+struct BenchHostsResult: Codable {
+  /// From the writer on A asking to commit to B's in-process listener
+  /// receiving the change set the relay applied there, sparse commits, µs.
+  var latency: BenchStats
+  /// PostgreSQL NOTIFY alone in the same run (pgnotify, one listener).
+  var notify: BenchStats?
+  /// GroupSync's local delivery (the latency phase, N=1 sparse), if run.
+  var localDelivery: BenchStats?
+  /// 2 × (NOTIFY p50 + local p50): the target for `latency.p50`, µs.
+  var targetP50: Double?
+  /// One-row commits on A, as fast as A commits them, until B holds
+  /// every row: change sets per second through both relays.
+  var throughputCommits: Int
+  var throughputChangeSetsPerSecond: Double
+  /// Log entries those commits shipped as (a shipment covers everything
+  /// pending at its snapshot).
+  var throughputLogEntries: Int
+}
+
+extension BenchRunner {
+  func hosts() throws {
+    guard let conninfo = options.postgresConninfo else {
+      results.notes.append("hosts: not measured (no PostgreSQL server; make bench starts one)")
+      return
+    }
+    let relay = URL(fileURLWithPath: executable).deletingLastPathComponent()
+      .appendingPathComponent("groupsync-relay").path
+    guard FileManager.default.isExecutableFile(atPath: relay) else {
+      results.notes.append("hosts: not measured (\(relay) missing: make bench-tools builds it)")
+      return
+    }
+    let root = options.workFolder + "/hosts"
+    try? FileManager.default.removeItem(atPath: root)
+    let groupName = "bench-\(getpid())-\(BenchClock.realtime() / 1_000_000_000)"
+    var groups: [GroupFolder] = []
+    var relays: [ChildProcess] = []
+    defer {
+      for child in relays {
+        child.signal(SIGTERM)
+        _ = child.finish(timeout: 30)
+      }
+    }
+    for host in ["a", "b"] {
+      let folder = root + "/" + host + "/app"
+      let group = try GroupFolder(path: folder)
+      try group.store.write { db in
+        try db.execute(sql: "CREATE TABLE item(id INTEGER PRIMARY KEY, body TEXT NOT NULL, stamp INTEGER NOT NULL)")
+      }
+      groups.append(group)
+      let child = try ChildProcess(
+        executable: relay,
+        arguments: [folder, "--postgres", conninfo, "--host", host, "--group", groupName, "--poll-interval", "1"],
+        name: "relay \(host)")
+      relays.append(child)
+    }
+    for child in relays { try waitFor("\(child.name) connected", timeout: 30) { child.stdout.contains("\"connected\"") } }
+    let (a, b) = (groups[0], groups[1])
+    log("hosts: A → B through two relays and PostgreSQL (group \(groupName))")
+
+    // Latency: B's listener, in this process; each arrival stamped.
+    let listener = try b.listen()
+    defer { listener.close() }
+    let arrivals = Mutex<[Int64]>([])
+    let arrived = DispatchSemaphore(value: 0)
+    let task = listener.start { event in
+      guard case .changes(let changeSet) = event, changeSet.tables.keys.contains(where: { $0.name == "item" }) else {
+        return
+      }
+      let now = BenchClock.realtime()
+      arrivals.withLock { $0.append(now) }
+      arrived.signal()
+    }
+    defer { task.cancel() }
+    let count = options.quick ? 50 : 300
+    var latencies: [Int64] = []
+    for index in 0..<(count + 20) {
+      let start = BenchClock.realtime()
+      try a.store.write { db in try db.execute(sql: "INSERT INTO item(body, stamp) VALUES ('x', ?)", arguments: [start]) }
+      guard arrived.wait(timeout: .now() + 10) == .success else { throw BenchError("hosts: B did not receive commit \(index)") }
+      let end = arrivals.withLock { $0.last ?? 0 }
+      if index >= 20 { latencies.append(end - start) }  // the first 20 warm up
+      BenchClock.sleep(milliseconds: 5)
+    }
+    var notify: BenchStats?
+    if let pgnotify = options.pgnotify {
+      let run = try ChildProcess.run(
+        pgnotify,
+        ["--conninfo", conninfo, "--listeners", "1", "--count", String(count), "--interval-us", "5000", "--warmup", "20"],
+        timeout: 300)
+      guard run.succeeded else { throw BenchError("pgnotify failed: \(run.stderr.suffix(500))") }
+      notify = BenchStats(nanoseconds: try JSONDecoder().decode(FloorResult.self, from: Data(run.stdout.utf8)).latencyNs)
+    }
+    let local = results.latency.first { $0.listeners == 1 && $0.stream == "sparse" }?.groupsync
+
+    // Throughput: one-row commits on A as fast as they go, until B has
+    // every row.
+    let commits = options.quick ? 1000 : 5000
+    let entriesBefore = try countEntries(relays[0])
+    let target = try b.store.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") ?? 0 } + commits
+    let start = BenchClock.monotonic()
+    for _ in 0..<commits {
+      try a.store.write { db in try db.execute(sql: "INSERT INTO item(body, stamp) VALUES ('y', 0)") }
+    }
+    try waitFor("B holds every row", timeout: 300) {
+      (try? b.store.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") ?? 0 }) ?? 0 >= target
+    }
+    let seconds = Double(BenchClock.monotonic() - start) / 1e9
+    let latency = BenchStats(nanoseconds: latencies)
+    var hosts = BenchHostsResult(
+      latency: latency, notify: notify, localDelivery: local, targetP50: nil, throughputCommits: commits,
+      throughputChangeSetsPerSecond: Double(commits) / seconds,
+      throughputLogEntries: try countEntries(relays[0]) - entriesBefore)
+    if let notify, let local { hosts.targetP50 = 2 * (notify.p50 + local.p50) }
+    results.hosts = hosts
+    log(
+      "hosts: A → B p50 \(BenchFormat.us(latency.p50)), p99 \(BenchFormat.us(latency.p99)); NOTIFY alone p50 "
+        + "\(notify.map { BenchFormat.us($0.p50) } ?? "-"); \(commits) commits in \(String(format: "%.2f", seconds)) s = "
+        + "\(Int(hosts.throughputChangeSetsPerSecond)) change sets/s")
+  }
+
+  /// The `shipped` events a relay printed so far.
+  private func countEntries(_ relay: ChildProcess) throws -> Int {
+    relay.stdout.split(separator: "\n").filter { $0.hasPrefix("{\"shipped\"") }.count
+  }
+
+  private func waitFor(_ what: String, timeout: Double, _ condition: () -> Bool) throws {
+    let deadline = BenchClock.monotonic() + Int64(timeout * 1e9)
+    while !condition() {
+      guard BenchClock.monotonic() < deadline else { throw BenchError("hosts: timed out waiting: \(what)") }
+      BenchClock.sleep(milliseconds: 2)
+    }
+  }
+}

@@ -1,0 +1,296 @@
+import Foundation
+import GRDB
+import GroupSync
+
+/// Applies the log to the local store, in the log's order, through
+/// `Store.write`: listeners, contexts and observations of this host see
+/// ordinary change sets. The applied position commits in the same local
+/// transaction as the rows, so a relay killed at any instant neither loses
+/// nor repeats an entry.
+///
+/// Per row, an entry at position p is applied unless
+/// - the row holds an image of position p or later here (this host's own
+///   later write, already in the log), or
+/// - the row changed here and is not shipped yet: that write goes to the
+///   log later, and the arbiter settles it (it wins under
+///   last-writer-wins; under first-writer-wins the winner's values come
+///   back in its own entry).
+/// Every host thus ends with the image the log's order says.
+struct Applier {
+  let context: ReplicaContext
+  /// Entries applied per local transaction at most.
+  static let batchSize = 256
+
+  /// Applies what the log holds past the applied place; returns whether
+  /// anything was applied.
+  @discardableResult
+  func apply(_ connection: PostgresConnection) throws -> Bool {
+    let context = self.context
+    let keys: [String?] = [context.group, context.storeName]
+    // The entries first (one round trip on the hot path); the clock only
+    // when they do not follow on from the applied place.
+    let rows = try connection.execute(
+      """
+      SELECT seq, origin_host, body FROM gs_change WHERE grp = $1 AND store = $2 AND seq > $3 ORDER BY seq LIMIT $4
+      """, keys + [String(context.place.applied), String(Self.batchSize)])
+    var entries: [(position: Int64, origin: String, entry: LogEntry)] = []
+    var expected = context.place.applied + 1
+    for row in rows {
+      guard let position = row[0].flatMap({ Int64($0) }), let origin = row[1], let body = row[2],
+        position == expected
+      else { break }
+      entries.append((position, origin, try LogEntry.decode(body, store: context.storeName, sequence: position)))
+      expected += 1
+    }
+    if entries.isEmpty {
+      let clock = try connection.execute(
+        "SELECT seq, purged_through FROM gs_clock WHERE grp = $1 AND store = $2", keys)
+      let head = clock.first.flatMap { $0[0] }.flatMap { Int64($0) } ?? 0
+      let purged = clock.first.flatMap { $0[1] }.flatMap { Int64($0) } ?? 0
+      context.logHead = head
+      if context.place.applied > head {
+        try resync(connection, reason: "the log restarted below this host's place \(context.place.applied)")
+        return true
+      }
+      if context.place.applied < purged {
+        try resync(
+          connection, reason: "this host's place \(context.place.applied) was purged (log kept from \(purged + 1))")
+        return true
+      }
+      if !rows.isEmpty || head > context.place.applied {
+        // Positions are gapless: a hole right after the place means a purge
+        // raced the read; the next pass sees the new horizon.
+        throw RelayError.invalidEntry(
+          store: context.storeName, sequence: expected, reason: "entry \(expected) is missing from the log")
+      }
+      return false
+    }
+    guard let last = entries.last else { return false }
+    // The log reaches at least this far, whether or not the entries apply.
+    context.logHead = max(context.logHead, last.position)
+    var rowCount = 0
+    let (_, changeSet) = try context.store.writeAndReturnChangeSet { db in
+      // Another process may have changed the schema since GRDB cached it.
+      db.clearSchemaCache()
+      let pending = try context.unshipped(db)
+      let changesBefore = db.totalChangesCount
+      var notesAdded = false
+      var shapes: [String: TableShape] = [:]
+      for (position, origin, entry) in entries {
+        if try applyNotes(entry.notes ?? [], own: origin == context.host, db) { notesAdded = true }
+        for table in entry.tables {
+          let shape = try Self.shape(of: table.name, columns: table.columns, store: context.storeName, db, &shapes)
+          for row in table.rows {
+            if try applyRow(row, columns: table.columns, shape: shape, position: position, pending: pending, db) {
+              rowCount += 1
+            }
+          }
+        }
+      }
+      // Entries that changed nothing here (this host's own, mostly) leave
+      // the stored place behind, and the transaction commits nothing: a
+      // relay restarted there reads them again and skips them again.
+      guard db.totalChangesCount != changesBefore || notesAdded else { return }
+      var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
+      place.applied = last.position
+      place.shipped = max(place.shipped, context.place.shipped)
+      try RowIdentityMap.setPlace(place, db, group: context.group, host: context.host)
+    }
+    // Only now, COMMIT returned: the place moves on in memory.
+    context.place.applied = last.position
+    context.logHead = max(context.logHead, last.position)
+    context.emit(
+      .applied(
+        store: context.storeName, position: last.position, entries: entries.count, rows: rowCount,
+        localSequence: changeSet?.sequence))
+    for (_, origin, entry) in entries where origin != context.host {
+      context.conflicts += Int64(entry.conflicts.count)
+      for conflict in entry.conflicts { context.emit(.conflict(conflict)) }
+    }
+    try connection.execute(
+      "UPDATE gs_host SET applied_seq = $4, seen_at = now() WHERE grp = $1 AND store = $2 AND host = $3",
+      keys + [context.host, String(last.position)])
+    return true
+  }
+
+  /// Group-defaults changes are applied from every entry, this host's own
+  /// too, so that every host ends with the value last in the log's order
+  /// (a change that does not change the value here tells nobody);
+  /// notifications are re-posted from the other hosts' entries only.
+  /// Returns whether it added a note (which must commit with the place).
+  private func applyNotes(_ notes: [ShippedNote], own: Bool, _ db: Database) throws -> Bool {
+    var added = false
+    for note in notes {
+      if note.name.hasPrefix("defaults/"),
+        let change = try? JSONDecoder().decode(DefaultsChange.self, from: note.payload)
+      {
+        try context.store.applyDefaultsChange(change, in: db)
+      } else if !own && note.name.hasPrefix("notify/") {
+        try context.store.addNote(ChangeSetNote(name: note.name, payload: [UInt8](note.payload)), in: db)
+        added = true
+      }
+    }
+    return added
+  }
+
+  /// The local table `name`, checked against an entry's columns.
+  static func shape(
+    of name: String, columns: [String], store: String, _ db: Database, _ shapes: inout [String: TableShape]
+  ) throws -> TableShape {
+    if let shape = shapes[name] {
+      try shape.check(columns, store: store)
+      return shape
+    }
+    guard let shape = try TableShape.read(db, table: name, store: store) else {
+      throw RelayError.schemaMismatch(
+        store: store, table: name, column: nil, reason: "this host's store has no such table")
+    }
+    try shape.check(columns, store: store)
+    shapes[name] = shape
+    return shape
+  }
+
+  /// Applies one row image of position `position`; returns whether a row
+  /// changed here.
+  func applyRow(
+    _ image: RowImage, columns: [String], shape: TableShape, position: Int64, pending: ReplicaContext.Unshipped,
+    _ db: Database
+  ) throws -> Bool {
+    let table = shape.name
+    let mapping = try RowIdentityMap.entry(db, table: table, gid: image.gid)
+    if let mapping, mapping.position >= position { return false }
+    if pending.isDirty(table: table, rowID: mapping?.rowID) { return false }
+    let localValues = try mapping?.rowID.flatMap { try shape.values(db, rowID: $0, columns: columns) }
+    guard let values = image.values else {
+      if let rowID = mapping?.rowID, localValues != nil { try shape.delete(db, rowID: rowID) }
+      try RowIdentityMap.set(.init(gid: image.gid, rowID: nil, position: position), db, table: table)
+      return localValues != nil
+    }
+    if let rowID = mapping?.rowID, let localValues {
+      try RowIdentityMap.set(.init(gid: image.gid, rowID: rowID, position: position), db, table: table)
+      guard localValues != values else { return false }
+      return try withUniqueKeys(image, shape: shape, position: position, pending: pending, db) {
+        try shape.update(db, rowID: rowID, columns: columns, values: values)
+        return rowID
+      }
+    }
+    return try withUniqueKeys(image, shape: shape, position: position, pending: pending, db) {
+      let rowID = try shape.insert(db, columns: columns, values: values)
+      try RowIdentityMap.set(.init(gid: image.gid, rowID: rowID, position: position), db, table: table)
+      return rowID
+    }
+  }
+
+  /// Runs `write`; when it hits a unique key another row of this host
+  /// holds, the row earlier in the log keeps the key, on every host alike:
+  /// a local row not shipped yet or later in the log is deleted here (its
+  /// deletion ships later if it was ever shipped), else the incoming image
+  /// is not applied. Either way a conflict is reported.
+  private func withUniqueKeys(
+    _ image: RowImage, shape: TableShape, position: Int64, pending: ReplicaContext.Unshipped, _ db: Database,
+    _ write: () throws -> Int64
+  ) throws -> Bool {
+    for _ in 0..<8 {
+      do {
+        _ = try write()
+        return true
+      } catch let error as DatabaseError
+        where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE
+        || error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY
+      {
+        guard let holder = try uniqueKeyHolder(error, image: image, shape: shape, db) else { throw error }
+        let holderEntry = try RowIdentityMap.entry(db, table: shape.name, rowID: holder)
+        let holderValues = try shape.values(db, rowID: holder)
+        let holderPosition = holderEntry.map { $0.position > 0 ? $0.position : Int64.max } ?? Int64.max
+        var record = ConflictRecord(
+          store: context.storeName, table: shape.name, gid: image.gid, sequence: position, columns: shape.columns,
+          winnerHost: "", winnerValues: nil, loserHost: "", loserValues: nil, rule: "unique-key")
+        if holderPosition < position {
+          record.winnerHost = "gid \(holderEntry?.gid ?? "?")"
+          record.winnerValues = holderValues
+          record.loserHost = "gid \(image.gid)"
+          record.loserValues = image.values
+          context.conflicts += 1
+          context.emit(.conflict(record))
+          return false
+        }
+        record.winnerHost = "gid \(image.gid)"
+        record.winnerValues = image.values
+        record.loserHost = "gid \(holderEntry?.gid ?? "unshipped rowid \(holder)")"
+        record.loserValues = holderValues
+        context.conflicts += 1
+        context.emit(.conflict(record))
+        try shape.delete(db, rowID: holder)
+        if let holderEntry, holderEntry.position > 0, !pending.isDirty(table: shape.name, rowID: holder) {
+          try RowIdentityMap.set(.init(gid: holderEntry.gid, rowID: nil, position: position), db, table: shape.name)
+        }
+      }
+    }
+    throw RelayError.invalidEntry(
+      store: context.storeName, sequence: position, reason: "row \(image.gid) of \(shape.name) keeps hitting unique keys")
+  }
+
+  /// The local row holding the unique key `error` names, found by the
+  /// columns SQLite lists ("UNIQUE constraint failed: t.a, t.b").
+  private func uniqueKeyHolder(_ error: DatabaseError, image: RowImage, shape: TableShape, _ db: Database) throws
+    -> Int64?
+  {
+    guard let message = error.message, let range = message.range(of: "constraint failed: ") else { return nil }
+    let names = message[range.upperBound...].split(separator: ",").map {
+      String($0.trimmingCharacters(in: .whitespaces).split(separator: ".").last ?? "")
+    }
+    guard let values = image.values, !names.isEmpty else { return nil }
+    var conditions: [String] = []
+    var arguments: [DatabaseValue] = []
+    for name in names {
+      guard let index = shape.columns.firstIndex(where: { $0.lowercased() == name.lowercased() }) else { return nil }
+      conditions.append("\(name.quotedDatabaseIdentifier) IS ?")
+      arguments.append(values[index].databaseValue)
+    }
+    return try Int64.fetchOne(
+      db, sql: "SELECT rowid FROM \(shape.quotedName) WHERE \(conditions.joined(separator: " AND ")) LIMIT 1",
+      arguments: StatementArguments(arguments))
+  }
+
+  /// Re-synchronises the store from the rows' current images (`gs_row`),
+  /// read in one snapshot with the log's position, when this host's place
+  /// is no longer in the log. Rows changed here and not shipped yet are
+  /// kept; they ship afterwards.
+  func resync(_ connection: PostgresConnection, reason: String) throws {
+    let context = self.context
+    let keys: [String?] = [context.group, context.storeName]
+    let (head, rows) = try connection.transaction { () -> (Int64, [[String?]]) in
+      try connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+      let clock = try connection.execute("SELECT seq FROM gs_clock WHERE grp = $1 AND store = $2", keys)
+      let head = clock.first.flatMap { $0[0] }.flatMap { Int64($0) } ?? 0
+      let rows = try connection.execute(
+        "SELECT tbl, gid, seq, columns, data FROM gs_row WHERE grp = $1 AND store = $2 ORDER BY seq, tbl, gid", keys)
+      return (head, rows)
+    }
+    var rowCount = 0
+    try context.store.write { db in
+      db.clearSchemaCache()
+      let pending = try context.unshipped(db)
+      var shapes: [String: TableShape] = [:]
+      for row in rows {
+        guard let table = row[0], let gid = row[1], let position = row[2].flatMap({ Int64($0) }),
+          let columnsText = row[3]
+        else { continue }
+        let columns = try JSONDecoder().decode([String].self, from: Data(columnsText.utf8))
+        let values = try row[4].map { try JSONDecoder().decode([RowValue].self, from: Data($0.utf8)) }
+        let shape = try Self.shape(of: table, columns: columns, store: context.storeName, db, &shapes)
+        let image = RowImage(gid: gid, rowID: nil, base: 0, values: values, lost: nil)
+        if try applyRow(image, columns: columns, shape: shape, position: position, pending: pending, db) {
+          rowCount += 1
+        }
+      }
+      var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
+      place.applied = head
+      place.shipped = max(place.shipped, context.place.shipped)
+      try RowIdentityMap.setPlace(place, db, group: context.group, host: context.host)
+    }
+    context.place.applied = head
+    context.logHead = max(context.logHead, head)
+    context.emit(.resync(store: context.storeName, position: head, rows: rowCount, reason: reason))
+  }
+}

@@ -1,0 +1,82 @@
+import Foundation
+
+/// The relay's tables in PostgreSQL, shared by every host of every group
+/// in the database (rows keyed by group name and store name: each host's
+/// replica of a store has its own local UUID, so stores meet by name).
+///
+/// - `gs_clock(grp, store, seq, purged_through)`: the log's last position
+///   per store. A shipper takes it with `UPDATE … SET seq = seq + 1
+///   RETURNING seq` inside its transaction, so the row lock orders
+///   shippers and positions are gapless and in commit order. A `bigserial`
+///   would hand out numbers before commit, in another order than commits,
+///   and a reader asking for `seq > 10` could miss 10 for good.
+/// - `gs_change(grp, store, seq, origin_host, origin_seq, committed_at,
+///   body)`: the log. `UNIQUE(grp, store, origin_host, origin_seq)` makes a
+///   shipment sent twice (a relay killed between COMMIT and its own
+///   bookkeeping) fail instead of landing twice.
+/// - `gs_row(grp, store, tbl, gid, seq, origin_host, columns, data)`: each
+///   row's current image (NULL data: deleted) and the position that wrote
+///   it; the arbiter of concurrent writes and the snapshot a host whose
+///   place was purged re-synchronises from.
+/// - `gs_host(grp, store, host, shipped_seq, applied_seq, seen_at)`: each
+///   host's places; `shipped_seq` commits with the shipment.
+/// - `gs_conflict`: every conflict settled, with both images.
+enum LogSchema {
+  /// The channel every relay LISTENs on; payloads are `GROUP/STORE:SEQ`,
+  /// a hint only (the log is the truth).
+  static let channel = "gs_changes"
+
+  static let statements = [
+    """
+    CREATE TABLE IF NOT EXISTS gs_clock (
+      grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL DEFAULT 0,
+      purged_through bigint NOT NULL DEFAULT 0, PRIMARY KEY (grp, store))
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS gs_change (
+      grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL, origin_host text NOT NULL,
+      origin_seq bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+      body text NOT NULL, PRIMARY KEY (grp, store, seq), UNIQUE (grp, store, origin_host, origin_seq))
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS gs_row (
+      grp text NOT NULL, store text NOT NULL, tbl text NOT NULL, gid text NOT NULL, seq bigint NOT NULL,
+      origin_host text NOT NULL, columns text NOT NULL, data text, PRIMARY KEY (grp, store, tbl, gid))
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS gs_host (
+      grp text NOT NULL, store text NOT NULL, host text NOT NULL, shipped_seq bigint NOT NULL DEFAULT 0,
+      applied_seq bigint NOT NULL DEFAULT 0, seen_at timestamptz, PRIMARY KEY (grp, store, host))
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS gs_conflict (
+      id bigserial PRIMARY KEY, grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL,
+      tbl text NOT NULL, gid text NOT NULL, rule text NOT NULL, winner_host text NOT NULL,
+      loser_host text NOT NULL, record text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())
+    """,
+  ]
+
+  /// Creates the tables if missing. Relays of several hosts may start at
+  /// once, and concurrent `CREATE TABLE IF NOT EXISTS` can still collide
+  /// in the catalog, so creation runs under a transaction-level advisory
+  /// lock.
+  static func setUp(_ connection: PostgresConnection) throws {
+    try connection.transaction {
+      try connection.execute("SELECT pg_advisory_xact_lock(hashtext('groupsync-relay-schema'))")
+      for statement in statements { try connection.execute(statement) }
+    }
+  }
+
+  /// Takes the session-level advisory lock of `host` in `group`, which the
+  /// server frees when the session ends (the relay died or disconnected).
+  ///
+  /// - Throws: ``RelayError/relayAlreadyRunning(host:group:where:)`` when
+  ///   another session holds it.
+  static func lockHost(_ connection: PostgresConnection, group: String, host: String) throws {
+    let rows = try connection.execute(
+      "SELECT pg_try_advisory_lock(hashtext('groupsync-relay'), hashtext($1))", [group + "\u{1}" + host])
+    guard rows.first?.first == "t" else {
+      throw RelayError.relayAlreadyRunning(host: host, group: group, where: "PostgreSQL advisory lock held")
+    }
+  }
+}

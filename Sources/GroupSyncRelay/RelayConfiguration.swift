@@ -1,0 +1,38 @@
+import Foundation
+
+/// How a relay connects a group folder to the other hosts.
+public struct RelayConfiguration: Sendable {
+  /// The group folder (this host's replicas).
+  public var folder: String
+  /// The libpq connection string of the shared database.
+  public var conninfo: String
+  /// The group's name in PostgreSQL: the same on every host (by default
+  /// the folder's last path component).
+  public var group: String
+  /// This host's name: unique in the group (by default the machine's).
+  public var host: String
+  /// The stores to replicate, by name (by default the main store).
+  public var stores: [String]
+  public var policy: ConflictPolicy
+  /// Log entries kept per store: older ones are purged as new ones come
+  /// (nil: none purged). A host whose place was purged re-synchronises.
+  public var retention: Int64?
+  /// How often the log and the store are read without a wake-up (NOTIFY
+  /// or a local commit); also the first reconnection delay's ceiling.
+  public var pollInterval: Duration
+  /// The longest wait between reconnection attempts (the wait doubles
+  /// from 50 ms up to it).
+  public var maximumReconnectDelay: Duration
+
+  public init(folder: String, conninfo: String, group: String? = nil, host: String? = nil) {
+    self.folder = folder
+    self.conninfo = conninfo
+    self.group = group ?? URL(fileURLWithPath: folder).standardizedFileURL.lastPathComponent
+    self.host = host ?? ProcessInfo.processInfo.hostName
+    stores = ["main"]
+    policy = .lastWriterWins
+    retention = nil
+    pollInterval = .seconds(1)
+    maximumReconnectDelay = .seconds(2)
+  }
+}

@@ -1,0 +1,49 @@
+import Foundation
+
+/// An error the relay throws or reports. Each case names what was wrong.
+public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
+  /// A libpq call failed: `call` names it, `message` is the server's or
+  /// libpq's text, `sqlState` the SQLSTATE when the server sent one.
+  case postgres(call: String, message: String, sqlState: String?)
+  /// The connection to PostgreSQL is down (it never came up, or it broke).
+  case disconnected(reason: String)
+  /// Another relay holds this host's place in the group: locally (the
+  /// lock file) or on the server (the advisory lock).
+  case relayAlreadyRunning(host: String, group: String, where: String)
+  /// The tables of a change set do not match the local store's: the entry
+  /// was refused whole (nothing of it applied).
+  case schemaMismatch(store: String, table: String, column: String?, reason: String)
+  /// A table cannot be replicated (WITHOUT ROWID: no rowid to map).
+  case unsupportedTable(store: String, table: String, reason: String)
+  /// An entry of the shared log cannot be decoded or does not follow the
+  /// one before it.
+  case invalidEntry(store: String, sequence: Int64, reason: String)
+  /// A system call failed.
+  case system(call: String, path: String?, errno: Int32)
+  /// A setting is not acceptable (host or group name, retention).
+  case invalidConfiguration(String)
+
+  public var description: String {
+    switch self {
+    case .postgres(let call, let message, let sqlState):
+      let text = message.trimmingCharacters(in: .whitespacesAndNewlines)
+      return "\(call) failed\(sqlState.map { " (SQLSTATE \($0))" } ?? ""): \(text)"
+    case .disconnected(let reason):
+      return "not connected to PostgreSQL: \(reason)"
+    case .relayAlreadyRunning(let host, let group, let place):
+      return "another relay for host '\(host)' of group '\(group)' is running (\(place))"
+    case .schemaMismatch(let store, let table, let column, let reason):
+      return "schema mismatch in store '\(store)', table '\(table)'"
+        + (column.map { ", column '\($0)'" } ?? "") + ": \(reason); nothing of the entry was applied"
+    case .unsupportedTable(let store, let table, let reason):
+      return "table '\(table)' of store '\(store)' is not replicated: \(reason)"
+    case .invalidEntry(let store, let sequence, let reason):
+      return "invalid entry #\(sequence) of store '\(store)' in the shared log: \(reason)"
+    case .system(let call, let path, let code):
+      let detail = String(cString: strerror(code))
+      return path.map { "\(call)(\($0)) failed: \(detail)" } ?? "\(call) failed: \(detail)"
+    case .invalidConfiguration(let text):
+      return "invalid relay configuration: \(text)"
+    }
+  }
+}

@@ -1,0 +1,98 @@
+import Foundation
+import GRDB
+import GroupSync
+
+/// What the shipper and the applier of one replicated store share: the
+/// store, the names it goes by in PostgreSQL, and this host's places.
+///
+/// Used only on the relay's thread (`@unchecked Sendable` because the
+/// relay hands it there once).
+final class ReplicaContext: @unchecked Sendable {
+  let store: Store
+  /// The store's name in the group (`main`, or a named store).
+  let storeName: String
+  let group: String
+  let host: String
+  let policy: ConflictPolicy
+  /// The author label of the relay's own local writes: change sets with it
+  /// came from the log and are never shipped back.
+  let author: String
+  /// Log entries older than the newest minus this are purged.
+  let retention: Int64?
+  /// The places, as committed locally (`shipped` may lag PostgreSQL's
+  /// until ``Relay`` recovered it after a crash).
+  var place: RowIdentityMap.Place
+  /// The log's last position as last read, and its purge horizon.
+  var logHead: Int64 = 0
+  var conflicts: Int64 = 0
+  let emit: @Sendable (RelayEvent) -> Void
+
+  init(
+    store: Store, storeName: String, group: String, host: String, policy: ConflictPolicy, author: String,
+    retention: Int64?, emit: @escaping @Sendable (RelayEvent) -> Void
+  ) throws {
+    self.store = store
+    self.storeName = storeName
+    self.group = group
+    self.host = host
+    self.policy = policy
+    self.author = author
+    self.retention = retention
+    self.emit = emit
+    place = try store.write { db in
+      try RowIdentityMap.setUp(db)
+      return try RowIdentityMap.place(db, group: group, host: host)
+    }
+  }
+
+  /// The rows changed locally and not shipped yet, read inside `db`'s
+  /// transaction: rowids by table, and tables changed as a whole (or every
+  /// table, when the history no longer reaches back to the shipped place).
+  struct Unshipped {
+    var rows: [String: Set<Int64>] = [:]
+    var wholeTables: Set<String> = []
+    var everything = false
+    var changeSets = 0
+    var head: Int64 = 0
+    /// The notes of the unshipped change sets, in commit order.
+    var notes: [ShippedNote] = []
+
+    func isDirty(table: String, rowID: Int64?) -> Bool {
+      if everything || wholeTables.contains(table) { return true }
+      guard let rowID else { return false }
+      return rows[table]?.contains(rowID) ?? false
+    }
+  }
+
+  func unshipped(_ db: Database) throws -> Unshipped {
+    var result = Unshipped()
+    result.head = try store.currentSequence(in: db)
+    guard result.head > place.shipped else { return result }
+    if let oldest = try store.oldestHistorySequence(in: db), oldest > place.shipped + 1 {
+      // Purged before it was shipped: which rows changed is unknown.
+      result.everything = true
+    }
+    var after = place.shipped
+    while after < result.head {
+      let entries = try store.history(after: after, limit: 1000, in: db)
+      guard let last = entries.last else { break }
+      for entry in entries where entry.author != author {
+        result.changeSets += 1
+        switch entry.changeSet {
+        case .success(let changeSet):
+          result.notes += changeSet.notes.map { ShippedNote(name: $0.name, payload: Data($0.payload)) }
+          for (table, changes) in changeSet.tables where !TableShape.isInternal(table.name) {
+            result.rows[table.name, default: []].formUnion(changes.inserted + changes.updated + changes.deleted)
+          }
+          for table in changeSet.invalidatedTableNames where !TableShape.isInternal(table.name) {
+            result.wholeTables.insert(table.name)
+          }
+        case .failure:
+          result.everything = true
+        }
+      }
+      after = last.sequence
+    }
+    return result
+  }
+}

@@ -1,0 +1,110 @@
+import Foundation
+import GRDB
+
+/// A replicated table as the local store has it: its columns without the
+/// rowid alias (an `INTEGER PRIMARY KEY` is each host's own rowid, so it
+/// does not travel; rows travel by global ID).
+struct TableShape: Sendable, Equatable {
+  let name: String
+  let columns: [String]
+  /// The INTEGER PRIMARY KEY column, if the table has one.
+  let rowIDColumn: String?
+
+  /// Reads the shape of `table`, or nil when the store has no such table.
+  ///
+  /// - Throws: ``RelayError/unsupportedTable(store:table:reason:)`` for a
+  ///   WITHOUT ROWID table (no rowid to map a global ID to).
+  static func read(_ db: Database, table: String, store: String) throws -> TableShape? {
+    let sql = try String.fetchOne(
+      db, sql: "SELECT sql FROM main.sqlite_schema WHERE type = 'table' AND name = ?", arguments: [table])
+    guard let sql else { return nil }
+    if sql.uppercased().replacingOccurrences(of: " ", with: "").contains("WITHOUTROWID") {
+      throw RelayError.unsupportedTable(store: store, table: table, reason: "a WITHOUT ROWID table has no rowid to map")
+    }
+    let rowIDColumn = try db.primaryKey(table, in: "main").rowIDColumn
+    let columns = try db.columns(in: table, in: "main").map(\.name).filter { $0 != rowIDColumn }
+    return TableShape(name: table, columns: columns, rowIDColumn: rowIDColumn)
+  }
+
+  /// The user tables of the store: every table but SQLite's, GRDB's,
+  /// GroupSync's and the relay's own.
+  static func userTables(_ db: Database) throws -> [String] {
+    try String.fetchAll(db, sql: "SELECT name FROM main.sqlite_schema WHERE type = 'table' ORDER BY name")
+      .filter { !isInternal($0) }
+  }
+
+  static func isInternal(_ table: String) -> Bool {
+    table.hasPrefix("sqlite_") || table.hasPrefix("groupsync_") || table.hasPrefix("grdb_")
+      || table.hasPrefix("gs_relay_")
+  }
+
+  var quotedName: String { "main." + name.quotedDatabaseIdentifier }
+
+  /// The row's values in ``columns`` order, or nil when there is no row.
+  func values(_ db: Database, rowID: Int64) throws -> [RowValue]? {
+    let row = try Row.fetchOne(
+      db.cachedStatement(sql: "SELECT \(selectList) FROM \(quotedName) WHERE rowid = ?"), arguments: [rowID])
+    return row.map { row in (0..<columns.count).map { RowValue(row[$0] as DatabaseValue) } }
+  }
+
+  /// Every row: rowid and values.
+  func allRows(_ db: Database) throws -> [(Int64, [RowValue])] {
+    let list = columns.isEmpty ? "rowid" : "rowid, " + selectList
+    return try Row.fetchAll(db, sql: "SELECT \(list) FROM \(quotedName)").map { row in
+      (row[0], (0..<columns.count).map { RowValue(row[$0 + 1] as DatabaseValue) })
+    }
+  }
+
+  private var selectList: String {
+    columns.isEmpty ? "NULL" : columns.map(\.quotedDatabaseIdentifier).joined(separator: ", ")
+  }
+
+  /// Checks that `columns` (an entry's) are this table's, in any order.
+  ///
+  /// - Throws: ``RelayError/schemaMismatch(store:table:column:reason:)``
+  ///   naming the first column one side has and the other has not.
+  func check(_ shipped: [String], store: String) throws {
+    let local = Set(columns.map { $0.lowercased() })
+    for column in shipped where !local.contains(column.lowercased()) {
+      throw RelayError.schemaMismatch(
+        store: store, table: name, column: column, reason: "the entry has the column and this host's table has not")
+    }
+    let remote = Set(shipped.map { $0.lowercased() })
+    for column in columns where !remote.contains(column.lowercased()) {
+      throw RelayError.schemaMismatch(
+        store: store, table: name, column: column, reason: "this host's table has the column and the entry has not")
+    }
+  }
+
+  /// Inserts a row with a fresh local rowid; returns it.
+  func insert(_ db: Database, columns shipped: [String], values: [RowValue]) throws -> Int64 {
+    if shipped.isEmpty {
+      try db.execute(sql: "INSERT INTO \(quotedName) DEFAULT VALUES")
+    } else {
+      let names = shipped.map(\.quotedDatabaseIdentifier).joined(separator: ", ")
+      let marks = Array(repeating: "?", count: shipped.count).joined(separator: ", ")
+      try db.cachedStatement(sql: "INSERT INTO \(quotedName)(\(names)) VALUES (\(marks))")
+        .execute(arguments: StatementArguments(values.map(\.databaseValue)))
+    }
+    return db.lastInsertedRowID
+  }
+
+  func update(_ db: Database, rowID: Int64, columns shipped: [String], values: [RowValue]) throws {
+    guard !shipped.isEmpty else { return }
+    let assignments = shipped.map { "\($0.quotedDatabaseIdentifier) = ?" }.joined(separator: ", ")
+    try db.cachedStatement(sql: "UPDATE \(quotedName) SET \(assignments) WHERE rowid = ?")
+      .execute(arguments: StatementArguments(values.map(\.databaseValue) + [rowID.databaseValue]))
+  }
+
+  func delete(_ db: Database, rowID: Int64) throws {
+    try db.cachedStatement(sql: "DELETE FROM \(quotedName) WHERE rowid = ?").execute(arguments: [rowID])
+  }
+
+  /// The row's values for `shipped` columns (an entry's order), or nil.
+  func values(_ db: Database, rowID: Int64, columns shipped: [String]) throws -> [RowValue]? {
+    let list = shipped.isEmpty ? "NULL" : shipped.map(\.quotedDatabaseIdentifier).joined(separator: ", ")
+    let row = try Row.fetchOne(
+      db.cachedStatement(sql: "SELECT \(list) FROM \(quotedName) WHERE rowid = ?"), arguments: [rowID])
+    return row.map { row in (0..<shipped.count).map { RowValue(row[$0] as DatabaseValue) } }
+  }
+}

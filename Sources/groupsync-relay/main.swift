@@ -1,0 +1,77 @@
+import ArgumentParser
+import Foundation
+import GroupSync
+import GroupSyncRelay
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `groupsync-relay`: the relay of one group folder, as its own process
+/// (`groupsync relay` runs it). It prints each event as one JSON line and
+/// stops cleanly on SIGTERM or SIGINT.
+@main
+struct RelayCommand: ParsableCommand {
+  static let configuration = CommandConfiguration(
+    commandName: "groupsync-relay",
+    abstract: "Connect a group folder to the other hosts of its group through PostgreSQL.")
+
+  @Argument(help: "The group folder.")
+  var directory: String
+
+  @Option(name: .long, help: "libpq connection string of the shared database.")
+  var postgres: String
+
+  @Option(name: .customLong("store"), help: "A store to replicate (repeatable; default: main).")
+  var stores: [String] = []
+
+  @Option(name: .long, help: "This host's name in the group (default: the machine's).")
+  var host: String?
+
+  @Option(name: .long, help: "The group's name in PostgreSQL (default: the folder's name).")
+  var group: String?
+
+  @Option(name: .long, help: "last-writer-wins or first-writer-wins.")
+  var policy: String = ConflictPolicy.lastWriterWins.rawValue
+
+  @Option(name: .long, help: "Log entries kept per store (older ones purged; default: all).")
+  var retention: Int64?
+
+  @Option(name: .long, help: "Seconds between polls without a wake-up.")
+  var pollInterval: Double = 1
+
+  func run() throws {
+    guard let policy = ConflictPolicy(rawValue: policy) else {
+      throw ValidationError("--policy: one of \(ConflictPolicy.allCases.map(\.rawValue).joined(separator: ", "))")
+    }
+    var configuration = RelayConfiguration(folder: directory, conninfo: postgres, group: group, host: host)
+    if !stores.isEmpty { configuration.stores = stores }
+    configuration.policy = policy
+    configuration.retention = retention
+    configuration.pollInterval = .milliseconds(Int64(pollInterval * 1000))
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    let relay: Relay
+    do {
+      relay = try Relay(configuration) { event in
+        guard let data = try? encoder.encode(event) else { return }
+        FileHandle.standardOutput.write(data + Data("\n".utf8))
+      }
+      // Signals are taken by a thread of their own (sigwait), so stop()
+      // runs in an ordinary context.
+      var signals = sigset_t()
+      sigemptyset(&signals)
+      sigaddset(&signals, SIGTERM)
+      sigaddset(&signals, SIGINT)
+      pthread_sigmask(SIG_BLOCK, &signals, nil)
+      try relay.start()
+      FileHandle.standardError.write(
+        Data("groupsync-relay: host \(configuration.host), group \(configuration.group), relaying \(configuration.stores.joined(separator: ", "))\n".utf8))
+      var received: Int32 = 0
+      sigwait(&signals, &received)
+      relay.stop()
+    } catch {
+      FileHandle.standardError.write(Data("groupsync-relay: \(error)\n".utf8))
+      throw ExitCode.failure
+    }
+  }
+}

@@ -1,0 +1,218 @@
+import Foundation
+import GRDB
+import GroupSync
+import GroupSyncProcess
+import Testing
+@testable import GroupSyncRelay
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What the relay cannot ship row by row, stores beside the main one, and
+/// settings it refuses.
+extension RelayTests {
+  /// The store's history purged local change sets before the relay could
+  /// ship them: which rows changed is unknown, so every table ships whole
+  /// (never a silent skip), and rows the other host has are not deleted.
+  @Test func historyPurgedBeforeShippingShipsWholeTables() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let b = try await GroupHost("b", root: root.path, server: server)
+      try await b.startRelay()
+      try await b.exec(["INSERT INTO note(title, body) VALUES ('from-b', 'b')"])
+      do {
+        let group = try GroupFolder(path: a.folder, create: false)
+        try group.store.setHistoryRetention(
+          HistoryRetention(maximumAgeSeconds: nil, maximumCount: 8, maximumBytes: nil, hardMaximumAgeSeconds: nil,
+                           hardMaximumCount: 8, hardMaximumBytes: nil))
+        group.store.close()
+      }
+      try await a.exec(["INSERT INTO note(title, body, n) VALUES ('a-' || hex(randomblob(6)), 'a', 1)"], repeat: 300)
+      try await a.exec(["UPDATE note SET n = 2 WHERE rowid % 3 = 0"])
+      let oldest = try await Executables.groupsync(["status", a.folder])
+      #expect(!oldest.contains("(1..."), "the history was purged: \(oldest)")
+      try await a.startRelay()
+      let content = try await waitForConvergence([a, b], server: server)
+      #expect(content.count == 301)
+      #expect(a.events("shipped").contains { ($0["rows"] as? Int ?? 0) >= 300 })
+    }
+  }
+
+  /// A WITHOUT ROWID table has no rowid to map a global ID to: it is
+  /// reported, and the other tables go on replicating.
+  @Test func aWithoutRowIDTableIsReportedAndTheRestReplicates() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let schema = GroupHost.schema + "CREATE TABLE kv(k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID;"
+      let a = try await GroupHost("a", root: root.path, server: server, schema: schema)
+      let b = try await GroupHost("b", root: root.path, server: server, schema: schema)
+      try await a.startRelay()
+      try await b.startRelay()
+      try await a.exec(["INSERT INTO kv VALUES ('k', 'v')", "INSERT INTO note(title) VALUES ('n')"])
+      try await waitUntil("a reports kv") {
+        a.events("error").contains { ($0["value"] as? String)?.contains("table 'kv' of store 'main' is not replicated") == true }
+      }
+      let content = try await waitForConvergence([a, b], server: server)
+      #expect(content.count == 1)
+    }
+  }
+
+  /// A named store replicates beside the main one (`--store`), each in an
+  /// order of its own.
+  @Test func aNamedStoreReplicatesBesideTheMainOne() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let b = try await GroupHost("b", root: root.path, server: server)
+      let schemaFile = root.path + "/cache.sql"
+      try "CREATE TABLE entry(id INTEGER PRIMARY KEY, key TEXT);".write(toFile: schemaFile, atomically: true, encoding: .utf8)
+      for host in [a, b] {
+        try await Executables.groupsync(["init", host.folder, "--store", "cache", "--schema", schemaFile])
+      }
+      let relays = try [a, b].map { host in
+        try ChildProcess(
+          executable: Executables.groupsync,
+          arguments: ["relay", host.folder, "--postgres", server.conninfo, "--host", host.name, "--store", "main",
+                      "--store", "cache", "--poll-interval", "0.2"])
+      }
+      defer { for relay in relays { relay.signal(SIGKILL); _ = relay.finish(timeout: 10) } }
+      try await Executables.groupsync(["exec", a.folder, "--store", "cache", "INSERT INTO entry(key) VALUES ('c1')", "INSERT INTO entry(key) VALUES ('c2')"])
+      try await Executables.groupsync(["exec", b.folder, "INSERT INTO note(title) VALUES ('m1')"])
+      try await waitUntil("b holds the cache rows") {
+        let output = try? Executables.runSync(["query", b.folder, "--store", "cache", "SELECT count(*) FROM entry"])
+        return output?.contains("| 2") == true
+      }
+      try await waitUntil("a holds the main row") { (try? a.content().count) == 1 }
+      let stores = try server.query("SELECT store, seq FROM gs_clock WHERE grp = 'app' ORDER BY store")
+      #expect(stores.map { $0[0] } == ["cache", "main"])
+    }
+  }
+
+  /// Settings the relay refuses, each with a message naming it.
+  @Test func badSettingsAreRefused() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      for (arguments, message) in [
+        (["--host", "no/slash"], "host name 'no/slash'"),
+        (["--host", "a", "--retention", "0"], "retention 0"),
+        (["--host", "a", "--policy", "whoever-shouts"], "--policy"),
+        (["--host", "a", "--store", "missing"], "no store named 'missing'"),
+      ] {
+        let result = try await Executables.onThread {
+          try ChildProcess(
+            executable: Executables.groupsync, arguments: ["relay", a.folder, "--postgres", server.conninfo] + arguments
+          ).finish(timeout: 30)
+        }
+        #expect(result.status != 0 && result.stderr.contains(message), "\(arguments): \(result.stderr)")
+      }
+    }
+  }
+}
+
+extension RelayTests {
+  /// Group defaults and notifications travel too: a notification posted on
+  /// A reaches B's observers once (and is not posted again on A), a
+  /// defaults change on either host ends on both, last in the log wins.
+  @Test func defaultsAndNotificationsTravelAcrossHosts() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let b = try await GroupHost("b", root: root.path, server: server)
+      try await a.startRelay()
+      try await b.startRelay()
+      let groupA = try GroupFolder(path: a.folder, create: false)
+      let groupB = try GroupFolder(path: b.folder, create: false)
+      let onA = Received(), onB = Received()
+      let streams = [(try groupA.notifications.notifications(matching: "import."), onA),
+                     (try groupB.notifications.notifications(matching: "import."), onB)]
+      let tasks = streams.map { stream, received in
+        Task { for await note in stream { received.add(note.name + "=" + String(decoding: note.payload, as: UTF8.self)) } }
+      }
+      defer { tasks.forEach { $0.cancel() } }
+      try await Executables.groupsync(["post", a.folder, "import.finished", "--payload", "hello"])
+      try await Executables.groupsync(["defaults", a.folder, "set", "theme", "dark"])
+      try await waitUntil("b has the default") {
+        (try? groupB.defaults(suite: "app").value(forKey: "theme")) == .string("dark")
+          || (try? Executables.runSync(["defaults", b.folder, "get", "theme"]))?.contains("dark") == true
+      }
+      try await waitUntil("b got the notification") { onB.all == ["import.finished=hello"] }
+      try await Executables.groupsync(["defaults", b.folder, "set", "theme", "light"])
+      try await waitUntil("a has b's default") {
+        (try? Executables.runSync(["defaults", a.folder, "get", "theme"]))?.contains("light") == true
+      }
+      try await waitForConvergence([a, b], server: server)
+      #expect(onA.all == ["import.finished=hello"], "posted once on A, never again from the log")
+      #expect(onB.all == ["import.finished=hello"])
+    }
+  }
+}
+
+/// Strings a task collects, read by the test.
+final class Received: @unchecked Sendable {
+  private let lock = NSLock()
+  private var items: [String] = []
+  func add(_ item: String) { lock.withLock { items.append(item) } }
+  var all: [String] { lock.withLock { items } }
+}
+
+extension RelayTests {
+  /// The server ends a relay's session (`pg_terminate_backend`): its
+  /// LISTEN ends with it and nothing reconnects it but the relay, which
+  /// does, takes its lock again, and goes on.
+  @Test func aTerminatedSessionIsReconnected() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let b = try await GroupHost("b", root: root.path, server: server)
+      try await a.startRelay()
+      try await b.startRelay()
+      try await a.exec(["INSERT INTO note(title) VALUES ('before')"])
+      try await waitForConvergence([a, b], server: server)
+      let terminated = try server.query("""
+        SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted
+        """)
+      #expect(terminated.first?[0] == "2")
+      try await waitUntil("both relays reconnect") {
+        a.events("connected").count == 2 && b.events("connected").count == 2
+      }
+      try await a.exec(["INSERT INTO note(title) VALUES ('after')"])
+      let content = try await waitForConvergence([a, b], server: server)
+      #expect(content.count == 2)
+    }
+  }
+}
+
+extension RelayTests {
+  /// An entry of the shared log that cannot be decoded is refused with an
+  /// error naming it; nothing moves past it until it is readable.
+  @Test func anUnreadableEntryIsRefusedUntilRepaired() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let b = try await GroupHost("b", root: root.path, server: server)
+      try await a.startRelay()
+      try await b.startRelay()
+      try await waitForConvergence([a, b], server: server)
+      let connection = try server.connect()
+      let position = try connection.transaction { () -> String in
+        let seq = try connection.execute("UPDATE gs_clock SET seq = seq + 1 WHERE grp = 'app' RETURNING seq")[0][0]!
+        try connection.execute(
+          "INSERT INTO gs_change(grp, store, seq, origin_host, origin_seq, body) VALUES ('app', 'main', $1, 'z', 1, 'not json')",
+          [seq])
+        try connection.execute("SELECT pg_notify('gs_changes', 'app/main:' || $1)", [seq])
+        return seq
+      }
+      try await waitUntil("b refuses the entry") {
+        b.events("error").contains { ($0["value"] as? String)?.contains("invalid entry #\(position) of store 'main'") == true }
+      }
+      try await a.exec(["INSERT INTO note(title) VALUES ('after')"])
+      try await waitUntil("a shipped behind it") { (try? a.content().count) == 1 && a.relayStatus()?.stores.first?.unshipped == 0 }
+      #expect(try b.content().isEmpty)
+      try connection.execute("UPDATE gs_change SET body = '{\"t\":[],\"c\":[]}' WHERE seq = $1", [position])
+      let content = try await waitForConvergence([a, b], server: server)
+      #expect(content.count == 1)
+    }
+  }
+}

@@ -1,0 +1,233 @@
+import Foundation
+import GRDB
+import GroupSync
+import GroupSyncProcess
+@testable import GroupSyncRelay
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The project's executables, as the tests start them: beside the test
+/// bundle, else in the package's .build/debug ($GROUPSYNC_BIN names the
+/// `groupsync` to use, as in the core tests; `groupsync-relay` is beside).
+enum Executables {
+  static let groupsync: String = {
+    if let path = ProcessInfo.processInfo.environment["GROUPSYNC_BIN"] { return path }
+    let candidates = [
+      URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("groupsync").path,
+      Bundle.main.bundleURL.appendingPathComponent("groupsync").path,
+      URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(".build/debug/groupsync").path,
+    ]
+    return candidates.first { FileManager.default.isExecutableFile(atPath: $0) } ?? candidates.last!
+  }()
+  static let relay = URL(fileURLWithPath: groupsync).deletingLastPathComponent()
+    .appendingPathComponent("groupsync-relay").path
+
+  /// Runs `groupsync args...`, requiring success; returns stdout.
+  @discardableResult
+  static func groupsync(_ arguments: [String], timeout: Double = 120) async throws -> String {
+    try await onThread {
+      let result = try ChildProcess(executable: groupsync, arguments: arguments).finish(timeout: timeout)
+      guard result.succeeded else {
+        throw RelayTestFailure("groupsync \(arguments.prefix(3).joined(separator: " ")) failed (\(result.status)): \(result.stderr)")
+      }
+      return result.stdout
+    }
+  }
+
+  /// Runs `groupsync args...` on the calling thread (for conditions
+  /// polled by `waitUntil`), requiring success; returns stdout.
+  static func runSync(_ arguments: [String]) throws -> String {
+    let result = try ChildProcess(executable: groupsync, arguments: arguments).finish(timeout: 60)
+    guard result.succeeded else { throw RelayTestFailure("groupsync \(arguments.first ?? "") failed: \(result.stderr)") }
+    return result.stdout
+  }
+
+  /// Runs blocking `body` on a thread of its own.
+  static func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+      Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
+  }
+}
+
+/// One simulated host: its own group folder (`ROOT/NAME/app`, so every
+/// host's group is named `app`) and its own relay process.
+final class GroupHost: @unchecked Sendable {
+  let name: String
+  let folder: String
+  let server: PostgresServer
+  var policy = "last-writer-wins"
+  var retention: Int64?
+  var conninfo: String
+  private(set) var relay: ChildProcess?
+  /// Everything every relay process of this host printed, by run.
+  private(set) var finishedOutputs: [String] = []
+
+  static let schema = """
+    CREATE TABLE note(id INTEGER PRIMARY KEY, title TEXT UNIQUE, body TEXT, n INTEGER, x REAL, b BLOB);
+    """
+
+  init(_ name: String, root: String, server: PostgresServer, schema: String = GroupHost.schema) async throws {
+    self.name = name
+    self.server = server
+    conninfo = server.conninfo
+    folder = root + "/" + name + "/app"
+    try FileManager.default.createDirectory(atPath: root + "/" + name, withIntermediateDirectories: true)
+    let schemaFile = root + "/\(name)-schema.sql"
+    try schema.write(toFile: schemaFile, atomically: true, encoding: .utf8)
+    try await Executables.groupsync(["init", folder, "--schema", schemaFile])
+  }
+
+  /// A relay left running by a failed test is killed with its host.
+  deinit {
+    relay?.signal(SIGKILL)
+    _ = relay?.finish(timeout: 10)
+  }
+
+  /// Starts this host's relay (`groupsync relay`, which runs
+  /// `groupsync-relay`) and waits until it says it started.
+  func startRelay(environment extra: [String: String] = [:], waitConnected: Bool = true) async throws {
+    var arguments = [
+      "relay", folder, "--postgres", conninfo, "--host", name, "--policy", policy, "--poll-interval", "0.2",
+    ]
+    if let retention { arguments += ["--retention", String(retention)] }
+    var environment = ProcessInfo.processInfo.environment
+    for (key, value) in extra { environment[key] = value }
+    let child = try ChildProcess(
+      executable: Executables.groupsync, arguments: arguments, environment: environment, name: "relay \(name)")
+    relay = child
+    try await Executables.onThread { try child.waitForStderr(containing: "groupsync-relay: host", timeout: 30) }
+    if waitConnected {
+      try await waitUntil("relay \(name) connected") { child.stdout.contains("\"connected\"") || !child.isRunning }
+      guard child.isRunning else { throw RelayTestFailure("relay \(name) exited: \(child.stderr)") }
+    }
+  }
+
+  /// SIGKILLs the relay (nothing of it runs on).
+  func killRelay() async throws {
+    guard let relay else { return }
+    relay.signal(SIGKILL)
+    let result = try await Executables.onThread { relay.finish(timeout: 30) }
+    finishedOutputs.append(result.stdout)
+    self.relay = nil
+  }
+
+  /// Stops the relay with SIGTERM and requires a clean exit.
+  func stopRelay() async throws {
+    guard let relay else { return }
+    relay.signal(SIGTERM)
+    let result = try await Executables.onThread { relay.finish(timeout: 30) }
+    finishedOutputs.append(result.stdout)
+    self.relay = nil
+    guard result.status == 0, !result.signalled else {
+      throw RelayTestFailure("relay \(name) did not stop cleanly (\(result.status)): \(result.stderr)")
+    }
+  }
+
+  /// Every event line of every relay run so far, the running one included.
+  var eventLines: [String] {
+    (finishedOutputs + [relay?.stdout ?? ""]).flatMap { $0.split(separator: "\n").map(String.init) }
+  }
+
+  /// The events of one kind (`"conflict"`, `"error"`...), decoded.
+  func events(_ kind: String) -> [[String: Any]] {
+    eventLines.compactMap { line in
+      guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+        let value = object[kind]
+      else { return nil }
+      // An unlabelled associated value is encoded under "_0".
+      if let wrapped = value as? [String: Any], wrapped.count == 1, let inner = wrapped["_0"] {
+        return inner as? [String: Any] ?? ["value": inner]
+      }
+      return value as? [String: Any] ?? ["value": value]
+    }
+  }
+
+  func exec(_ statements: [String], repeat count: Int = 1) async throws {
+    try await Executables.groupsync(["exec", folder, "--repeat", String(count)] + statements, timeout: 300)
+  }
+
+  /// Starts a writer process in the background.
+  func startWriter(_ statements: [String], repeat count: Int) throws -> ChildProcess {
+    try ChildProcess(
+      executable: Executables.groupsync, arguments: ["exec", folder, "--repeat", String(count)] + statements,
+      name: "writer \(name)")
+  }
+
+  /// The replicated content of `note`, by global ID: each row's values
+  /// (without the local rowid), plus rows no global ID names yet.
+  func content(table: String = "note") throws -> [String: [String]] {
+    var configuration = Configuration()
+    configuration.readonly = true
+    let queue = try DatabaseQueue(path: folder + "/store.sqlite", configuration: configuration)
+    return try queue.read { db in
+      var rows: [String: [String]] = [:]
+      let columns = try db.columns(in: table).map(\.name).filter { $0 != "id" }
+      let select = columns.map { "t.\($0.quotedDatabaseIdentifier)" }.joined(separator: ", ")
+      let hasMap = try db.tableExists(RowIdentityMap.rowTable)
+      let join = hasMap
+        ? "LEFT JOIN \(RowIdentityMap.rowTable) m ON m.tbl = '\(table)' AND m.local_rowid = t.rowid" : ""
+      for row in try Row.fetchAll(db, sql: "SELECT \(hasMap ? "m.gid" : "NULL"), t.rowid, \(select) FROM \(table) t \(join)") {
+        let gid: String = row[0] ?? "unmapped rowid \(row[1] as Int64)"
+        rows[gid] = (0..<columns.count).map { (row[$0 + 2] as DatabaseValue).description }
+      }
+      return rows
+    }
+  }
+
+  /// The relay's last status file.
+  func relayStatus() -> RelayStatus? {
+    RelayStatusFile.readAll(group: folder).first { $0.host == name }
+  }
+}
+
+/// Waits until `condition` holds, polling every 20 ms, up to `timeout`.
+func waitUntil(
+  _ what: String, timeout: Duration = .seconds(60), _ condition: @Sendable () throws -> Bool
+) async throws {
+  let deadline = ContinuousClock.now + timeout
+  while try !condition() {
+    guard ContinuousClock.now < deadline else { throw RelayTestFailure("timed out waiting: \(what)") }
+    try await Task.sleep(for: .milliseconds(20))
+  }
+}
+
+/// Waits until every host's relay shipped everything, applied the whole
+/// log, and every replica holds the same rows; returns the content.
+@discardableResult
+func waitForConvergence(
+  _ hosts: [GroupHost], server: PostgresServer, timeout: Duration = .seconds(90)
+) async throws -> [String: [String]] {
+  let deadline = ContinuousClock.now + timeout
+  var last = ""
+  while true {
+    let head = Int64(try server.query("SELECT coalesce(max(seq), 0) FROM gs_clock WHERE grp = 'app'").first?[0] ?? "0") ?? 0
+    let statuses = hosts.map { $0.relayStatus() }
+    let contents = try hosts.map { try $0.content() }
+    let settled = statuses.allSatisfy { status in
+      guard let store = status?.stores.first else { return false }
+      return store.unshipped == 0 && store.applied == head && store.logHead == head
+    }
+    if settled && contents.allSatisfy({ $0 == contents[0] }) { return contents[0] }
+    last = "head \(head); " + zip(hosts, statuses).map { host, status in
+      "\(host.name): \(status?.stores.first.map { "unshipped \($0.unshipped) applied \($0.applied) head \($0.logHead)" } ?? "no status") rows \((try? host.content().count) ?? -1)"
+    }.joined(separator: "; ")
+    guard ContinuousClock.now < deadline else {
+      let errors = hosts.map { "\($0.name): \($0.eventLines.filter { $0.contains("error") || $0.contains("disconnected") }.suffix(3))" }
+      throw RelayTestFailure("replicas did not converge: \(last); errors: \(errors)")
+    }
+    try await Task.sleep(for: .milliseconds(50))
+  }
+}
+
+/// A folder for one test's hosts, removed afterwards.
+final class HostsFolder: @unchecked Sendable {
+  let path: String
+  init() throws {
+    path = "/tmp/gs-hosts-\(UUID().uuidString.prefix(8))"
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+  }
+  deinit { try? FileManager.default.removeItem(atPath: path) }
+}
