@@ -225,7 +225,7 @@ public struct DefaultsChange: Sendable, Equatable, Codable {
 
 extension Store {
   /// Sets a group-defaults key as `change` says, inside the open
-  /// ``write(_:)`` of this store, and tells the group's processes as a
+  /// `write(_:)` of this store, and tells the group's processes as a
   /// local change would (when the value actually changes). A relay
   /// applying another host's change uses it, so that the value and its
   /// notice commit with the applied place.
@@ -236,7 +236,7 @@ extension Store {
     for net in transaction.netChanges() { try observer.addNote(net.note(), db) }
   }
 
-  /// Adds `note` to the change set of the open ``write(_:)`` of this
+  /// Adds `note` to the change set of the open `write(_:)` of this
   /// store (a relay re-posting another host's notification uses it).
   ///
   /// - Throws: ``GroupSyncError/noteOutsideWrite`` outside `write`.

@@ -306,7 +306,7 @@ public final class Store: Sendable {
   }
 
   /// Like ``history(after:limit:)``, inside a transaction the caller has
-  /// open on this store (`db` from ``read(_:)`` or ``write(_:)``), so
+  /// open on this store (`db` from `read(_:)` or `write(_:)`), so
   /// that the entries and the rows read beside them are one snapshot.
   public func history(after sequence: Int64, limit: Int = 1000, in db: Database) throws -> [HistoryEntry] {
     if isReadOnly { return [] }
