@@ -85,7 +85,10 @@ struct CrashCampaignTests {
     let objects = try Self.printed(watch)
     #expect(objects.filter { $0["reset"] != nil }.isEmpty, "\(objects)")
     #expect(Self.sequences(objects) == expected)
-    #expect(took < .seconds(2.5 * Self.slowdown), "repaired \(killed) gaps in \(took)")
+    // Twelve gaps given a grace period each, in a row, take 12 s; one
+    // grace period from their commits is about 1 s (slack for a loaded
+    // machine, which also runs the other suites beside this one).
+    #expect(took < .seconds(5 * Self.slowdown), "repaired \(killed) gaps in \(took)")
     #expect(watch.stderr.contains("read from the history"))
   }
 
