@@ -87,9 +87,10 @@ final class BenchRunner {
     log("capture overhead: raw SQLite, plain GRDB, and Store.write on each one's statements; no listeners")
     let folder = options.workFolder + "/capture"
     let plain = try BenchPlainWriter(path: folder + "-plain.sqlite")
-    let group = try BenchGroupWriter(path: folder + "-group")
+    // No COMMIT stamps: the baselines pay no per-transaction observer.
+    let group = try BenchGroupWriter(path: folder + "-group", stampsCommit: false)
     let grdb = try BenchGRDBWriter(path: folder + "-grdb.sqlite")
-    let groupGRDB = try BenchGroupWriter(path: folder + "-group-grdb", grdbStatements: true)
+    let groupGRDB = try BenchGroupWriter(path: folder + "-group-grdb", grdbStatements: true, stampsCommit: false)
     let writers: [(BenchWorkload.Operation, Int) throws -> Int64] = [
       { try plain.transaction(rows: $1, $0) }, { try group.transaction(rows: $1, $0) },
       { try grdb.transaction(rows: $1, $0) }, { try groupGRDB.transaction(rows: $1, $0) },

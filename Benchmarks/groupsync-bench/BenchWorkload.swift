@@ -136,9 +136,15 @@ final class BenchGroupWriter {
   private var statements: [BenchWorkload.Operation: BenchStatement] = [:]
   private var cursor = BenchRowCursor()
 
-  init(path: String, grdbStatements: Bool = false) throws {
+  /// Whether each transaction stamps its COMMIT time (for latency):
+  /// `afterNextTransaction` adds a GRDB observer per transaction, which the
+  /// plain writers do not pay, so the capture-overhead workload goes without.
+  let stampsCommit: Bool
+
+  init(path: String, grdbStatements: Bool = false, stampsCommit: Bool = true) throws {
     group = try GroupFolder(path: path)
     self.grdbStatements = grdbStatements
+    self.stampsCommit = stampsCommit
     try group.store.write { try $0.execute(sql: BenchWorkload.schema) }
   }
 
@@ -170,7 +176,9 @@ final class BenchGroupWriter {
       // Latency runs from COMMIT returned, as the floor's from its file
       // written: GRDB tells this right after the COMMIT statement executed.
       // (ChangeSet.committedAtNanoseconds is stamped before COMMIT.)
-      db.afterNextTransaction(onCommit: { _ in committed.withLock { $0 = BenchClock.realtime() } })
+      if stampsCommit {
+        db.afterNextTransaction(onCommit: { _ in committed.withLock { $0 = BenchClock.realtime() } })
+      }
       var row: Int64 = 0
       if let statement {
         for _ in 0..<rows {

@@ -48,7 +48,8 @@ struct BenchCapture: AsyncParsableCommand {
       for _ in 0..<2 { try writer.transaction(rows: rows, op) }
       try Self.measured(transactions) { try writer.transaction(rows: rows, op) }
     case .groupsync, .groupsyncGRDB:
-      let writer = try BenchGroupWriter(path: directory + "/group", grdbStatements: mode == .groupsyncGRDB)
+      let writer = try BenchGroupWriter(
+        path: directory + "/group", grdbStatements: mode == .groupsyncGRDB, stampsCommit: false)
       if op == .update { try writer.prepareUpdates() }
       for _ in 0..<2 { try writer.transaction(rows: rows, op) }
       try Self.measured(transactions) { try writer.transaction(rows: rows, op) }

@@ -31,6 +31,11 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   /// (An array, appended only when the name differs from the last one:
   /// GRDB asks on every statement, and hashing into a set cost most of it.)
   private var writtenTables: [String] = []
+  /// Written tables whose rows the hook names (rowid tables, virtual
+  /// tables with a rowid shadow) as of schema `plainTablesVersion`: most
+  /// commits write only those, and look none up by name.
+  private var plainTables: [String] = []
+  private var plainTablesVersion: Int64 = -1
   /// Shadow tables already told to the capture to ignore.
   private var ignoredShadowTables = Set<TableName>()
   private var shadowsIgnoredAtVersion: Int64 = -1
@@ -72,10 +77,15 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
     }
     // One read of the schema version for the whole step.
     let snapshot = try schema.snapshot(db)
-    for table in Set(writtenTables) {
-      switch snapshot.kinds[TableName(table)] {
-      case .rowID?: continue
-      case .virtual? where snapshot.rowIDShadows[TableName(table)] != nil: continue
+    if snapshot.version != plainTablesVersion {
+      plainTables.removeAll()
+      plainTablesVersion = snapshot.version
+    }
+    for table in writtenTables where !plainTables.contains(where: { TableName.sameBytes($0, table) }) {
+      let name = TableName(table)
+      switch snapshot.kinds[name] {
+      case .rowID?: plainTables.append(table)
+      case .virtual? where snapshot.rowIDShadows[name] != nil: plainTables.append(table)
       case .virtual?: capture.invalidate(table)
       default: if isFallback { capture.invalidate(table) }
       }
@@ -127,10 +137,10 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   }
 
   private func makeChangeSet(_ db: Database, sequence: Int64, schema after: SchemaSnapshot) throws -> ChangeSet {
-    let (builder, budgetInvalidated) = capture.pendingChanges()
+    let (netRows, budgetInvalidated) = try capture.pendingChanges()
     let (tables, invalidated) = try NetChangeResolver(
       db: db, before: schema.baseline ?? after, after: after, statements: statements
-    ).resolve(builder.netRows(), invalidated: budgetInvalidated)
+    ).resolve(netRows, invalidated: budgetInvalidated)
     schema.baseline = after
     return ChangeSet(
       storeID: storeID, sequence: sequence, committedAtNanoseconds: Store.nowNanoseconds(),
@@ -163,9 +173,14 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   // MARK: TransactionObserver
 
   func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool {
+    // GRDB asks before every statement: the common answer (the table the
+    // last statement wrote) costs one compare of bytes and no allocation.
     if isMigrating, case .insert(tableName: Store.migrationsTable) = eventKind { return true }
-    guard !isRelayingOtherProcesses, !ChangeCapture.isInternal(eventKind.tableName) else { return false }
-    if writtenTables.last != eventKind.tableName { writtenTables.append(eventKind.tableName) }
+    guard !isRelayingOtherProcesses else { return false }
+    let table = eventKind.tableName
+    if let last = writtenTables.last, TableName.sameBytes(last, table) { return isFallback }
+    guard !ChangeCapture.isInternal(table) else { return false }
+    writtenTables.append(table)
     return isFallback
   }
 

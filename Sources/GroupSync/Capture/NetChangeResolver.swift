@@ -108,19 +108,20 @@ struct NetChangeResolver {
   private func verified(_ rows: NetRows, in table: TableName) throws -> TableChanges? {
     let present = rows.claimedPresent
     let all = rows.claimedGone.isEmpty ? present : (present + rows.claimedGone).sorted()
-    let existing: Set<Int64>?
+    let existing: [Int64]?
     do {
       existing = try existingRowIDs(among: all, in: table)
     } catch let error as DatabaseError where error.resultCode == .SQLITE_ERROR {
       return nil
     }
     guard let existing else { return nil }
-    if existing.count == present.count && present.allSatisfy(existing.contains) { return rows.changes() }
-    return rows.changes(existing: existing)
+    // The common case: the store agrees with the log.
+    if existing == present { return rows.changes() }
+    return rows.changes(existing: Set(existing))
   }
 
-  /// Which of the sorted `rowIDs` exist in `table`.
-  private func existingRowIDs(among rowIDs: [Int64], in table: TableName) throws -> Set<Int64>? {
+  /// Which of the sorted `rowIDs` exist in `table`, sorted.
+  private func existingRowIDs(among rowIDs: [Int64], in table: TableName) throws -> [Int64]? {
     try statements.existingRowIDs(among: rowIDs, in: table, schemaVersion: after.version, db)
   }
 }

@@ -14,7 +14,11 @@ import GRDB
 /// connection closes.
 final class WriterStatements {
   private let connection: OpaquePointer
-  private var statements: [String: OpaquePointer] = [:]
+  /// The statements of every commit, each in a slot of its own: looking
+  /// them up by SQL hashed the string on every call.
+  private var schemaVersionStatement: OpaquePointer?
+  private var lastSequenceStatement: OpaquePointer?
+  private var appendHistoryStatement: OpaquePointer?
   private var existence: [TableName: (range: OpaquePointer?, list: OpaquePointer?)] = [:]
   private var existenceVersion: Int64 = -1
 
@@ -26,8 +30,8 @@ final class WriterStatements {
 
   /// Finalizes every statement; they are prepared again when needed.
   func finalize() {
-    for statement in statements.values { sqlite3_finalize(statement) }
-    statements = [:]
+    for slot in [schemaVersionStatement, lastSequenceStatement, appendHistoryStatement] { sqlite3_finalize(slot) }
+    (schemaVersionStatement, lastSequenceStatement, appendHistoryStatement) = (nil, nil, nil)
     for (range, list) in existence.values {
       sqlite3_finalize(range)
       sqlite3_finalize(list)
@@ -44,10 +48,10 @@ final class WriterStatements {
     return statement
   }
 
-  private func cached(_ sql: String) throws -> OpaquePointer {
-    if let statement = statements[sql] { return statement }
-    let statement = try prepare(sql)
-    statements[sql] = statement
+  private func prepared(_ slot: inout OpaquePointer?, _ sql: @autoclosure () -> String) throws -> OpaquePointer {
+    if let statement = slot { return statement }
+    let statement = try prepare(sql())
+    slot = statement
     return statement
   }
 
@@ -72,16 +76,17 @@ final class WriterStatements {
     }
   }
 
-  func schemaVersion() throws -> Int64 { try run(cached("PRAGMA schema_version")) ?? 0 }
+  func schemaVersion() throws -> Int64 { try run(prepared(&schemaVersionStatement, "PRAGMA main.schema_version")) ?? 0 }
 
   func lastSequence() throws -> Int64 {
-    try run(cached("SELECT coalesce(max(seq), 0) FROM main.\(StoreState.historyTable)")) ?? 0
+    try run(prepared(&lastSequenceStatement, "SELECT coalesce(max(seq), 0) FROM main.\(StoreState.historyTable)")) ?? 0
   }
 
   /// Appends a history entry (see ``StoreState``), keeping the caller's
   /// `last_insert_rowid`.
   func appendHistory(_ changeSet: ChangeSet, payload: [UInt8], author: String?) throws {
-    let statement = try cached(
+    let statement = try prepared(
+      &appendHistoryStatement,
       "INSERT INTO main.\(StoreState.historyTable)(seq, committed_at, author, pid, payload) VALUES (?, ?, ?, ?, ?)")
     let savedRowID = sqlite3_last_insert_rowid(connection)
     sqlite3_bind_int64(statement, 1, changeSet.sequence)
@@ -99,9 +104,10 @@ final class WriterStatements {
     sqlite3_set_last_insert_rowid(connection, savedRowID)
   }
 
-  /// Which of the sorted `rowIDs` exist in `table`; nil when its rowid
-  /// cannot be named in SQL (columns shadow `rowid`, `_rowid_` and `oid`).
-  func existingRowIDs(among rowIDs: [Int64], in table: TableName, schemaVersion: Int64, _ db: Database) throws -> Set<Int64>? {
+  /// Which of the sorted `rowIDs` exist in `table`, sorted; nil when its
+  /// rowid cannot be named in SQL (columns shadow `rowid`, `_rowid_` and
+  /// `oid`).
+  func existingRowIDs(among rowIDs: [Int64], in table: TableName, schemaVersion: Int64, _ db: Database) throws -> [Int64]? {
     guard let first = rowIDs.first, let last = rowIDs.last else { return [] }
     if schemaVersion != existenceVersion {
       for (range, list) in existence.values {
@@ -137,11 +143,19 @@ final class WriterStatements {
       sqlite3_reset(statement)
       sqlite3_clear_bindings(statement)
     }
-    var existing = Set<Int64>(minimumCapacity: rowIDs.count)
+    // An array, not a set: the caller compares it with what the log
+    // claims, equal in the common case.
+    var existing: [Int64] = []
+    existing.reserveCapacity(rowIDs.count)
+    var sorted = true
     while true {
       switch sqlite3_step(statement) {
-      case SQLITE_ROW: existing.insert(sqlite3_column_int64(statement, 0))
-      case SQLITE_DONE: return existing
+      case SQLITE_ROW:
+        let rowID = sqlite3_column_int64(statement, 0)
+        if let previous = existing.last, previous >= rowID { sorted = false }
+        existing.append(rowID)
+      case SQLITE_DONE:
+        return sorted ? existing : Array(Set(existing)).sorted()
       case let code:
         throw DatabaseError(
           resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(connection)),
