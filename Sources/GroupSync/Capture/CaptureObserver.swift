@@ -52,6 +52,12 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   /// (`notifyChanges`): those are not writes of this connection.
   var isRelayingOtherProcesses = false
   private var migrationRecorded = false
+  /// This connection's last change set, as committed: the data version
+  /// right after its COMMIT, its sequence and the schema it left.
+  private var lastCommit: (dataVersion: UInt32, sequence: Int64, schemaVersion: Int64)?
+  /// The history's last sequence, when the open transaction began where
+  /// `lastCommit` left off.
+  private var knownLastSequence: Int64?
 
   init(capture: ChangeCapture, storeID: UUID, didCommit: @escaping @Sendable (ChangeSet, _ encoded: [UInt8], _ claimed: Bool) -> Void) {
     self.capture = capture
@@ -112,8 +118,27 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   /// Remembers the schema the transaction starts from, to tell what it
   /// changed in it. Runs at the start of every `Store.write`.
   func transactionWillBegin(_ db: Database) throws {
-    schema.baseline = try schema.snapshot(db)
+    // Nothing moved since this connection's last change set committed
+    // (the data version moves with every commit of any connection, seen
+    // once this transaction began): the schema is the one that change set
+    // left, and the history's last sequence is its own.
+    if let last = lastCommit, sqlite3_get_autocommit(capture.connection) == 0,
+      statements.dataVersion() == last.dataVersion, schema.baseline?.version == last.schemaVersion
+    {
+      knownLastSequence = last.sequence
+    } else {
+      schema.baseline = try schema.snapshot(db)
+      knownLastSequence = nil
+    }
+    lastCommit = nil
     isInStoreWrite = true
+  }
+
+  /// The sequence number of the open transaction's change set: one past
+  /// the history's last, read in the transaction unless this connection
+  /// committed it and nothing moved since.
+  func nextSequence() throws -> Int64 {
+    try (knownLastSequence ?? statements.lastSequence()) + 1
   }
 
   /// Adds a note to the open `Store.write`'s change set.
@@ -223,17 +248,22 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
       changeSet = migrationChangeSet(db)
     }
     endTransaction()
+    if claimed, let changeSet, let version = statements.dataVersion(), let schemaVersion = schema.baseline?.version {
+      lastCommit = (version, changeSet.sequence, schemaVersion)
+    }
     guard let changeSet else { return }
     didCommit(changeSet, payload ?? ChangeSetEncoding.encode(changeSet), claimed)
   }
 
   func databaseDidRollback(_ db: Database) {
     endTransaction()
+    lastCommit = nil
   }
 
   private func endTransaction() {
     prepared = nil
     preparedPayload = nil
+    knownLastSequence = nil
     pendingNotes.removeAll()
     isInStoreWrite = false
     migrationRecorded = false

@@ -25,6 +25,7 @@ struct NetChangeResolver {
   func resolve(
     _ netRows: [TableName: NetRows], invalidated budgetInvalidated: Set<TableName>
   ) throws -> (tables: [TableName: TableChanges], invalidated: Set<TableName>) {
+    if let plain = try resolvePlain(netRows, invalidated: budgetInvalidated) { return plain }
     var invalidated = budgetInvalidated
     // Tables new in the transaction are invalidated (a renamed table's rows
     // come without a hook) and still have the rows the hook saw listed.
@@ -89,6 +90,28 @@ struct NetChangeResolver {
         continue
       }
       tables[index] = (tables[index] ?? TableChanges()).overridden(by: contentChanges)
+    }
+    return (tables, invalidated)
+  }
+
+  /// The common commit, without the general case's bookkeeping: the schema
+  /// did not move, nothing is invalidated, no full-text index shows
+  /// another table's rows, and every table written is a rowid table. Nil
+  /// for any other commit.
+  private func resolvePlain(
+    _ netRows: [TableName: NetRows], invalidated budgetInvalidated: Set<TableName>
+  ) throws -> (tables: [TableName: TableChanges], invalidated: Set<TableName>)? {
+    guard after.version == before.version, budgetInvalidated.isEmpty, after.externalContents.isEmpty,
+      netRows.keys.allSatisfy({ after.kinds[$0] == .rowID })
+    else { return nil }
+    var tables: [TableName: TableChanges] = [:]
+    var invalidated = Set<TableName>()
+    for (table, rows) in netRows {
+      guard let changes = try verified(rows, in: table) else {
+        invalidated.insert(table)
+        continue
+      }
+      if !changes.isEmpty { tables[table] = changes }
     }
     return (tables, invalidated)
   }

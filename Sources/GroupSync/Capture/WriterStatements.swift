@@ -78,6 +78,14 @@ final class WriterStatements {
 
   func schemaVersion() throws -> Int64 { try run(prepared(&schemaVersionStatement, "PRAGMA main.schema_version")) ?? 0 }
 
+  /// The connection's data version (`SQLITE_FCNTL_DATA_VERSION`): it
+  /// moves with every commit to the file, this connection's and, once a
+  /// transaction began, any other connection's.
+  func dataVersion() -> UInt32? {
+    var version: UInt32 = 0
+    return sqlite3_file_control(connection, "main", SQLITE_FCNTL_DATA_VERSION, &version) == SQLITE_OK ? version : nil
+  }
+
   func lastSequence() throws -> Int64 {
     try run(prepared(&lastSequenceStatement, "SELECT coalesce(max(seq), 0) FROM main.\(StoreState.historyTable)")) ?? 0
   }

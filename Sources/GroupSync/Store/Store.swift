@@ -245,7 +245,7 @@ public final class Store: Sendable {
       try observer.transactionWillBegin(db)
       let result = try body(db)
       guard db.isInsideTransaction else { throw GroupSyncError.transactionEndedByClosure }
-      let changeSet = try observer.prepareChangeSet(db) { _ in try observer.statements.lastSequence() + 1 }
+      let changeSet = try observer.prepareChangeSet(db) { _ in try observer.nextSequence() }
       if let changeSet {
         let payload = ChangeSetEncoding.encode(changeSet)
         try observer.statements.appendHistory(changeSet, payload: payload, author: author)
