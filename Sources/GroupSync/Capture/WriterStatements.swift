@@ -19,7 +19,7 @@ final class WriterStatements {
   private var schemaVersionStatement: OpaquePointer?
   private var lastSequenceStatement: OpaquePointer?
   private var appendHistoryStatement: OpaquePointer?
-  private var existence: [TableName: (range: OpaquePointer?, list: OpaquePointer?)] = [:]
+  private var existence: [TableName: (range: OpaquePointer?, list: OpaquePointer?, count: OpaquePointer?)] = [:]
   private var existenceVersion: Int64 = -1
 
   init(connection: OpaquePointer) {
@@ -32,9 +32,10 @@ final class WriterStatements {
   func finalize() {
     for slot in [schemaVersionStatement, lastSequenceStatement, appendHistoryStatement] { sqlite3_finalize(slot) }
     (schemaVersionStatement, lastSequenceStatement, appendHistoryStatement) = (nil, nil, nil)
-    for (range, list) in existence.values {
+    for (range, list, count) in existence.values {
       sqlite3_finalize(range)
       sqlite3_finalize(list)
+      sqlite3_finalize(count)
     }
     existence = [:]
   }
@@ -112,30 +113,54 @@ final class WriterStatements {
     sqlite3_set_last_insert_rowid(connection, savedRowID)
   }
 
+  /// The existence statements of `table`, prepared once per schema
+  /// version; nil when its rowid cannot be named in SQL.
+  private func existenceStatements(
+    _ table: TableName, schemaVersion: Int64, _ db: Database
+  ) throws -> (range: OpaquePointer, list: OpaquePointer, count: OpaquePointer)? {
+    if schemaVersion != existenceVersion {
+      for (range, list, count) in existence.values {
+        sqlite3_finalize(range)
+        sqlite3_finalize(list)
+        sqlite3_finalize(count)
+      }
+      existence = [:]
+      existenceVersion = schemaVersion
+    }
+    if let (range, list, count) = existence[table] {
+      guard let range, let list, let count else { return nil }
+      return (range, list, count)
+    }
+    guard let rowID = try SchemaSnapshot.rowIDName(of: table, db) else {
+      existence[table] = (nil, nil, nil)
+      return nil
+    }
+    let statements = (
+      range: try prepare("SELECT \(rowID) FROM \(table.qualified) WHERE \(rowID) BETWEEN ? AND ?"),
+      list: try prepare("SELECT \(rowID) FROM \(table.qualified) WHERE \(rowID) IN (SELECT value FROM json_each(?))"),
+      count: try prepare("SELECT count(*) FROM \(table.qualified) WHERE \(rowID) BETWEEN ? AND ?"))
+    existence[table] = statements
+    return statements
+  }
+
+  /// Whether every one of the sorted `rowIDs`, a dense range, exists in
+  /// `table`: one count over the range, no row handed back. Nil when they
+  /// are not a dense range or the rowid cannot be named in SQL.
+  func allExist(_ rowIDs: [Int64], in table: TableName, schemaVersion: Int64, _ db: Database) throws -> Bool? {
+    guard let first = rowIDs.first, let last = rowIDs.last, last &- first == Int64(rowIDs.count - 1),
+      let (_, _, count) = try existenceStatements(table, schemaVersion: schemaVersion, db)
+    else { return nil }
+    sqlite3_bind_int64(count, 1, first)
+    sqlite3_bind_int64(count, 2, last)
+    return try run(count) == Int64(rowIDs.count)
+  }
+
   /// Which of the sorted `rowIDs` exist in `table`, sorted; nil when its
   /// rowid cannot be named in SQL (columns shadow `rowid`, `_rowid_` and
   /// `oid`).
   func existingRowIDs(among rowIDs: [Int64], in table: TableName, schemaVersion: Int64, _ db: Database) throws -> [Int64]? {
     guard let first = rowIDs.first, let last = rowIDs.last else { return [] }
-    if schemaVersion != existenceVersion {
-      for (range, list) in existence.values {
-        sqlite3_finalize(range)
-        sqlite3_finalize(list)
-      }
-      existence = [:]
-      existenceVersion = schemaVersion
-    }
-    if existence[table] == nil {
-      guard let rowID = try SchemaSnapshot.rowIDName(of: table, db) else {
-        existence[table] = (nil, nil)
-        return nil
-      }
-      existence[table] = (
-        try prepare("SELECT \(rowID) FROM \(table.qualified) WHERE \(rowID) BETWEEN ? AND ?"),
-        try prepare("SELECT \(rowID) FROM \(table.qualified) WHERE \(rowID) IN (SELECT value FROM json_each(?))")
-      )
-    }
-    guard let (range, list) = existence[table], let range, let list else { return nil }
+    guard let (range, list, _) = try existenceStatements(table, schemaVersion: schemaVersion, db) else { return nil }
     let statement: OpaquePointer
     if last &- first == Int64(rowIDs.count - 1) {
       // A dense range, the bulk case: one range scan, no list to pass.

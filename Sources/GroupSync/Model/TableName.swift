@@ -34,6 +34,9 @@ public struct TableName: Hashable, Comparable, Sendable, ExpressibleByStringLite
   /// Whether `a` and `b` are the same bytes: SQLite's rule for names,
   /// where `String`'s `==` would call canonically equivalent names equal.
   static func sameBytes(_ a: String, _ b: String) -> Bool {
+    // The same storage (GRDB hands a cached statement's table name back
+    // each time): the same bytes, without reading them.
+    if unsafeBitCast(a, to: (UInt64, UInt64).self) == unsafeBitCast(b, to: (UInt64, UInt64).self) { return true }
     let a = a.utf8, b = b.utf8
     guard a.count == b.count else { return false }
     guard a.count > 0 else { return true }

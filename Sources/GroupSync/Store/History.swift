@@ -112,8 +112,10 @@ enum History {
   /// Purges what retention allows, inside the writer's transaction. Never
   /// touches the newest entry: its number is the next one's base.
   ///
-  /// - Parameter floor: the lowest sequence a durable listener still needs.
-  static func purge(_ db: Database, newest: Int64, floor: Int64?, now: Int64) throws {
+  /// - Parameter floor: the lowest sequence a durable listener still needs
+  ///   (asked only when a soft limit would purge something: it reads every
+  ///   durable listener's place).
+  static func purge(_ db: Database, newest: Int64, floor: () -> Int64?, now: Int64) throws {
     let retention = try retention(db)
     let soft = try cutoff(
       db, newest: newest, now: now, age: retention.maximumAgeSeconds, count: retention.maximumCount,
@@ -123,7 +125,9 @@ enum History {
       bytes: retention.hardMaximumBytes)
     // Soft limits stop below a durable listener's place; hard ones do not.
     var below: Int64 = 0
-    if let soft { below = floor.map { min(soft, $0) } ?? soft }
+    if let soft, soft > 0, try soft > (oldestSequence(db) ?? newest) {
+      below = floor().map { min(soft, $0) } ?? soft
+    }
     if let hard { below = max(below, hard) }
     below = min(below, newest)
     guard below > 0 else { return }
