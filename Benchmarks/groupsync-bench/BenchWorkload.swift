@@ -240,7 +240,9 @@ final class BenchGRDBWriter {
   let pool: DatabasePool
   private var cursor = BenchRowCursor()
 
-  init(path: String) throws {
+  /// With `observed`, one no-op transaction observer for the writer
+  /// connection's life (see `BenchCapture.Mode.grdbObserved`).
+  init(path: String, observed: Bool = false) throws {
     var configuration = Configuration()
     configuration.busyMode = .timeout(10)
     configuration.prepareDatabase { db in
@@ -248,6 +250,9 @@ final class BenchGRDBWriter {
     }
     pool = try DatabasePool(path: path, configuration: configuration)
     try pool.write { try $0.execute(sql: BenchWorkload.schema) }
+    if observed {
+      try pool.writeWithoutTransaction { $0.add(transactionObserver: BenchNoOpObserver(), extent: .databaseLifetime) }
+    }
   }
 
   func prepareUpdates() throws {
@@ -261,4 +266,13 @@ final class BenchGRDBWriter {
     try pool.write { db in _ = try BenchGRDBRows.write(db, rows: rows, operation, cursor: &cursor) }
     return BenchClock.monotonic() - start
   }
+}
+
+/// Observes nothing: GRDB still asks it before every statement and tells
+/// it of every commit.
+final class BenchNoOpObserver: TransactionObserver {
+  func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool { false }
+  func databaseDidChange(with event: DatabaseEvent) {}
+  func databaseDidCommit(_ db: Database) {}
+  func databaseDidRollback(_ db: Database) {}
 }
