@@ -204,7 +204,12 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
     guard !isRelayingOtherProcesses else { return false }
     let table = eventKind.tableName
     if let last = writtenTables.last, TableName.sameBytes(last, table) { return isFallback }
-    guard !ChangeCapture.isInternal(table) else { return false }
+    guard !ChangeCapture.isInternal(table) else {
+      // The history written through GRDB (not by the commit's own insert):
+      // its last sequence is read again, not assumed.
+      if TableName.sameBytes(table, StoreState.historyTable) { knownLastSequence = nil }
+      return false
+    }
     writtenTables.append(table)
     return isFallback
   }
