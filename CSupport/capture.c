@@ -16,6 +16,12 @@
 // without the pre-update hook; a NULL address selects the fallback.
 #pragma weak sqlite3_preupdate_hook
 
+typedef struct {
+  int64_t rowid;
+  uint32_t order;  // in the transaction: ties of one rowid keep it
+  uint32_t op;
+} gs__net_entry;
+
 struct gs_capture_s {
   sqlite3 *db;
   bool uses_preupdate;
@@ -50,6 +56,16 @@ struct gs_capture_s {
   // SQLite names the main schema with one static string: once seen, a
   // pointer compare replaces strcmp on every row.
   const char *main_name;
+
+  // Net rows of the open transaction (gs_capture_make_net_rows), kept
+  // between transactions so that a commit allocates nothing.
+  gs__net_entry *sorted;  // pending rows grouped by table
+  size_t sorted_capacity;
+  int64_t *net;  // each table's net rows, by category
+  size_t net_capacity;
+  gs_net_rows *nets;  // per table
+  uint32_t nets_capacity;
+  bool nets_valid;
 };
 
 static bool gs__is_ignored_table(const gs_capture_t *c, const char *table) {
@@ -142,6 +158,7 @@ static void gs__enforce_budget(gs_capture_t *c) {
 static void gs__record(gs_capture_t *c, int sqlite_op, const char *db_name,
                        const char *table, int64_t rowid) {
   if (c->overflowed || !gs__is_main(c, db_name)) return;
+  c->nets_valid = false;
   uint32_t index = gs__intern(c, table);
   if (index == UINT32_MAX) goto overflow;
   if (c->table_ignored[index]) return;
@@ -182,6 +199,7 @@ static void gs__preupdate(void *context, sqlite3 *db, int op,
 
 static void gs__end_transaction(gs_capture_t *c) {
   c->pending_count = 0;
+  c->nets_valid = false;
   if (c->invalidated_count) {
     memset(c->table_invalidated, 0, c->table_count * sizeof(bool));
     c->invalidated_count = 0;
@@ -232,6 +250,9 @@ void gs_capture_free(gs_capture_t *c) {
   free(c->table_invalidated);
   free(c->table_rows);
   free(c->pending);
+  free(c->sorted);
+  free(c->net);
+  free(c->nets);
   free(c);
 }
 
@@ -281,6 +302,7 @@ void gs_capture_record(gs_capture_t *c, int sqlite_op, const char *db_name,
 
 void gs_capture_invalidate(gs_capture_t *c, const char *table) {
   if (c->overflowed) return;
+  c->nets_valid = false;
   uint32_t index = gs__intern(c, table);
   if (index == UINT32_MAX) {
     c->overflowed = true;
@@ -329,3 +351,117 @@ void gs_capture_did_commit(gs_capture_t *c) { gs__end_transaction(c); }
 void gs_capture_did_rollback(gs_capture_t *c) { gs__end_transaction(c); }
 
 int gs_capture_overflowed(const gs_capture_t *c) { return c->overflowed; }
+
+// MARK: Net rows
+
+static int gs__net_order(const void *a, const void *b) {
+  const gs__net_entry *x = a, *y = b;
+  if (x->rowid != y->rowid) return x->rowid < y->rowid ? -1 : 1;
+  return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static bool gs__reserve(void **buffer, size_t *capacity, size_t count,
+                        size_t size) {
+  if (count <= *capacity) return true;
+  size_t grown = *capacity ? *capacity : 64;
+  while (grown < count) grown *= 2;
+  void *p = realloc(*buffer, grown * size);
+  if (!p) return false;
+  *buffer = p;
+  *capacity = grown;
+  return true;
+}
+
+// One table's rows (a slice of `sorted`, in transaction order) folded into
+// its net rows, written to `out` (room for `count`).
+static void gs__fold(gs__net_entry *rows, size_t count, int64_t *out,
+                     gs_net_rows *net) {
+  // The common bulk case: every row touched once, in rowid order: each
+  // operation is its row's net effect and the lists come out sorted.
+  bool ascending = true;
+  for (size_t i = 1; i < count && ascending; i++)
+    ascending = rows[i - 1].rowid < rows[i].rowid;
+  if (!ascending) qsort(rows, count, sizeof *rows, gs__net_order);
+  // Per distinct rowid: 0 inserted, 1 updated, 2 deleted, 3 transient.
+  // Whether it existed before, its first operation tells; whether it exists
+  // after, its last (the caller checks that claim against the store).
+  size_t counts[4] = {0, 0, 0, 0};
+  for (int pass = 0; pass < 2; pass++) {
+    int64_t *lists[4];
+    if (pass == 1) {
+      lists[0] = out;
+      lists[1] = lists[0] + counts[0];
+      lists[2] = lists[1] + counts[1];
+      lists[3] = lists[2] + counts[2];
+      net->inserted = lists[0];
+      net->updated = lists[1];
+      net->deleted = lists[2];
+      net->transient = lists[3];
+      net->inserted_count = counts[0];
+      net->updated_count = counts[1];
+      net->deleted_count = counts[2];
+      net->transient_count = counts[3];
+      memset(counts, 0, sizeof counts);
+    }
+    for (size_t i = 0; i < count;) {
+      size_t last = i;
+      while (last + 1 < count && rows[last + 1].rowid == rows[i].rowid) last++;
+      bool existed = rows[i].op != GS_OP_INSERT;
+      bool exists = rows[last].op != GS_OP_DELETE;
+      int category = existed ? (exists ? 1 : 2) : (exists ? 0 : 3);
+      if (pass == 1) lists[category][counts[category]] = rows[i].rowid;
+      counts[category]++;
+      i = last + 1;
+    }
+  }
+}
+
+int gs_capture_make_net_rows(gs_capture_t *c) {
+  if (c->nets_valid) return GS_OK;
+  size_t n = c->pending_count;
+  if (!gs__reserve((void **)&c->sorted, &c->sorted_capacity, n,
+                   sizeof *c->sorted) ||
+      !gs__reserve((void **)&c->net, &c->net_capacity, n, sizeof *c->net))
+    return GS_ENOMEM;
+  if (c->table_count > c->nets_capacity) {
+    gs_net_rows *nets = realloc(c->nets, c->table_capacity * sizeof *nets);
+    if (!nets) return GS_ENOMEM;
+    c->nets = nets;
+    c->nets_capacity = c->table_capacity;
+  }
+  // Grouped by table, a counting sort on table_rows: each table's rows
+  // keep their order in the transaction.
+  size_t offset = 0;
+  for (uint32_t t = 0; t < c->table_count; t++) {
+    c->nets[t] = (gs_net_rows){.inserted_count = offset};  // a cursor, for now
+    offset += c->table_rows[t];
+  }
+  for (size_t i = 0; i < n; i++) {
+    const gs_row_change *row = &c->pending[i];
+    size_t at = c->nets[row->table].inserted_count++;
+    c->sorted[at] = (gs__net_entry){
+        .rowid = row->rowid, .order = (uint32_t)i, .op = row->op};
+  }
+  offset = 0;
+  for (uint32_t t = 0; t < c->table_count; t++) {
+    size_t count = c->table_rows[t];
+    c->nets[t] = (gs_net_rows){0};
+    if (count)
+      gs__fold(c->sorted + offset, count, c->net + offset, &c->nets[t]);
+    offset += count;
+  }
+  c->nets_valid = true;
+  return GS_OK;
+}
+
+size_t gs_capture_table_rows(const gs_capture_t *c, uint32_t table) {
+  return table < c->table_count ? c->table_rows[table] : 0;
+}
+
+int gs_capture_net_rows(const gs_capture_t *c, uint32_t table,
+                        gs_net_rows *out) {
+  *out = (gs_net_rows){0};
+  if (!c->nets_valid || table >= c->table_count) return GS_EINVAL;
+  *out = c->nets[table];
+  return GS_OK;
+}

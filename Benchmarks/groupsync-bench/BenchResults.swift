@@ -193,6 +193,9 @@ struct BenchCallgrindResult: Codable {
     var overheadOverGRDB: Double?
     /// grdb / plain − 1.
     var grdbOverPlain: Double?
+    /// Plain GRDB with one no-op transaction observer: the part of the
+    /// overhead over plain GRDB that GRDB charges any observer.
+    var grdbObservedInstructionsPerRow: Double?
   }
 
   var skipped: String?

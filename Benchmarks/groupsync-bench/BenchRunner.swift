@@ -88,9 +88,10 @@ final class BenchRunner {
     log("capture overhead: raw SQLite, plain GRDB, and Store.write on each one's statements; no listeners")
     let folder = options.workFolder + "/capture"
     let plain = try BenchPlainWriter(path: folder + "-plain.sqlite")
-    let group = try BenchGroupWriter(path: folder + "-group")
+    // No COMMIT stamps: the baselines pay no per-transaction observer.
+    let group = try BenchGroupWriter(path: folder + "-group", stampsCommit: false)
     let grdb = try BenchGRDBWriter(path: folder + "-grdb.sqlite")
-    let groupGRDB = try BenchGroupWriter(path: folder + "-group-grdb", grdbStatements: true)
+    let groupGRDB = try BenchGroupWriter(path: folder + "-group-grdb", grdbStatements: true, stampsCommit: false)
     let writers: [(BenchWorkload.Operation, Int) throws -> Int64] = [
       { try plain.transaction(rows: $1, $0) }, { try group.transaction(rows: $1, $0) },
       { try grdb.transaction(rows: $1, $0) }, { try groupGRDB.transaction(rows: $1, $0) },
@@ -238,6 +239,7 @@ final class BenchRunner {
         let (group, _) = total(rows, operation, .groupsync)
         let (grdb, _) = total(rows, operation, .grdb)
         let (groupGRDB, _) = total(rows, operation, .groupsyncGRDB)
+        let (observed, _) = total(rows, operation, .grdbObserved)
         let count = Double(rows * transactions)
         result.rows.append(
           .init(
@@ -245,7 +247,7 @@ final class BenchRunner {
             plainInstructionsPerRow: plain / count, groupsyncInstructionsPerRow: group / count,
             overhead: group / plain - 1, grdbInstructionsPerRow: grdb / count,
             groupsyncGRDBInstructionsPerRow: groupGRDB / count, overheadOverGRDB: groupGRDB / grdb - 1,
-            grdbOverPlain: grdb / plain - 1))
+            grdbOverPlain: grdb / plain - 1, grdbObservedInstructionsPerRow: observed / count))
       }
     }
     results.callgrind = result
@@ -884,29 +886,31 @@ final class BenchRunner {
           figure: rows.map { BenchFormat.ratio($0.ratioP99) }.joined(separator: ", "),
           met: p99Limit.map { limit in rows.allSatisfy { $0.ratioP99 <= limit } }))
     }
-    for stream in ["sparse", "busy"] {
+    // Issue 20's: listener CPU 2x the floor's sparse, 1.5x busy.
+    for (stream, limit) in [("sparse", 2.0), ("busy", 1.5)] {
       let rows = checked.filter { $0.stream == stream }
       guard !rows.isEmpty else { continue }
       func ratio(_ row: BenchLatencyRow) -> Double { row.groupsyncListenerCPUPerDelivery / row.floorWatcherCPUPerMessage }
       targets.append(
         BenchTarget(
-          target: "listener CPU per change set <= 2x a floor watcher's, \(stream), N=\(rows.map { String($0.listeners) }.joined(separator: ","))",
+          target: "listener CPU per change set <= \(BenchFormat.ratio(limit)) a floor watcher's, \(stream), N=\(rows.map { String($0.listeners) }.joined(separator: ","))",
           figure: rows.map {
             "\(BenchFormat.ratio(ratio($0))) (\(BenchFormat.us($0.groupsyncListenerCPUPerDelivery)) / \(BenchFormat.us($0.floorWatcherCPUPerMessage)) us)"
           }.joined(separator: ", "),
-          met: rows.allSatisfy { ratio($0) <= 2 }))
+          met: rows.allSatisfy { ratio($0) <= limit }))
     }
     if let sustained = results.throughput?.sustained, let ratio = sustained.ratioToFloor,
       let floor = sustained.floorMessagesPerSecond
     {
       targets.append(
         BenchTarget(
-          target: "sustained delivery to \(sustained.listeners) listeners >= 0.5x the floor's sustained rate",
+          target: "sustained delivery to \(sustained.listeners) listeners >= 0.8x the floor's sustained rate",
           figure: String(format: "%@ (GroupSync %.0f/s, floor %.0f/s)", BenchFormat.ratio(ratio), sustained.changeSetsPerSecond, floor),
-          met: ratio >= 0.5))
+          met: ratio >= 0.8))
     }
     if let peers = results.peers {
-      for row in peers.rows where row.listeners == 16 || peers.rows.allSatisfy({ $0.listeners < 16 }) {
+      // Issue 20: faster than PostgreSQL at N=4 and 16 (N=1 reported).
+      for row in peers.rows where row.listeners >= 4 || peers.rows.allSatisfy({ $0.listeners < 4 }) {
         guard let postgres = row.postgres else { continue }
         targets.append(
           BenchTarget(
@@ -932,20 +936,30 @@ final class BenchRunner {
           target: "capture overhead <= \(Int(limit * 100))% over raw SQLite on \(rows)-row transactions", figure: figure,
           met: met))
     }
-    // Over plain GRDB no target is set: the ratios are reported.
-    for rows in [1000, 1] {
+    // Issue 20's, over plain GRDB running the same statements: decided by
+    // instructions (callgrind); wall time is reported beside them.
+    for (rows, limit) in [(1000, 0.10), (1, 0.30)] {
       let wall = results.capture.filter { $0.rows == rows && $0.overheadOverGRDB != nil }
       let instructions = results.callgrind?.rows.filter { $0.rows == rows && ($0.overheadOverGRDB?.isFinite ?? false) } ?? []
-      guard !wall.isEmpty else { continue }
-      var figure = "wall p50 " + wall.map { "\($0.operation) \(BenchFormat.percent($0.overheadOverGRDB!))" }.joined(separator: ", ")
+      guard !wall.isEmpty || !instructions.isEmpty else { continue }
+      var parts: [String] = []
       if !instructions.isEmpty {
-        figure += "; instructions "
-          + instructions.map { "\($0.operation) \(BenchFormat.percent($0.overheadOverGRDB!))" }.joined(separator: ", ")
+        parts.append("instructions " + instructions.map { row in
+          var text = "\(row.operation) \(BenchFormat.percent(row.overheadOverGRDB!))"
+          if let observed = row.grdbObservedInstructionsPerRow, let grdb = row.grdbInstructionsPerRow {
+            text += " (GRDB's own cost of an observer: \(BenchFormat.percent(observed / grdb - 1)))"
+          }
+          return text
+        }.joined(separator: ", "))
+      }
+      if !wall.isEmpty {
+        parts.append("wall p50 " + wall.map { "\($0.operation) \(BenchFormat.percent($0.overheadOverGRDB!))" }.joined(separator: ", "))
       }
       targets.append(
         BenchTarget(
-          target: "capture overhead over plain GRDB on \(rows)-row transactions (no target set; reported)", figure: figure,
-          met: nil))
+          target: "Store.write <= +\(Int(limit * 100))% instructions over plain GRDB on \(rows)-row transactions",
+          figure: parts.joined(separator: "; "),
+          met: instructions.isEmpty ? nil : instructions.allSatisfy { $0.overheadOverGRDB! <= limit }))
     }
     if let reads = results.readLatency {
       targets.append(

@@ -136,9 +136,15 @@ final class BenchGroupWriter {
   private var statements: [BenchWorkload.Operation: BenchStatement] = [:]
   private var cursor = BenchRowCursor()
 
-  init(path: String, grdbStatements: Bool = false) throws {
+  /// Whether each transaction stamps its COMMIT time (for latency):
+  /// `afterNextTransaction` adds a GRDB observer per transaction, which the
+  /// plain writers do not pay, so the capture-overhead workload goes without.
+  let stampsCommit: Bool
+
+  init(path: String, grdbStatements: Bool = false, stampsCommit: Bool = true) throws {
     group = try GroupFolder(path: path)
     self.grdbStatements = grdbStatements
+    self.stampsCommit = stampsCommit
     try group.store.write { try $0.execute(sql: BenchWorkload.schema) }
   }
 
@@ -170,7 +176,9 @@ final class BenchGroupWriter {
       // Latency runs from COMMIT returned, as the floor's from its file
       // written: GRDB tells this right after the COMMIT statement executed.
       // (ChangeSet.committedAtNanoseconds is stamped before COMMIT.)
-      db.afterNextTransaction(onCommit: { _ in committed.withLock { $0 = BenchClock.realtime() } })
+      if stampsCommit {
+        db.afterNextTransaction(onCommit: { _ in committed.withLock { $0 = BenchClock.realtime() } })
+      }
       var row: Int64 = 0
       if let statement {
         for _ in 0..<rows {
@@ -232,7 +240,9 @@ final class BenchGRDBWriter {
   let pool: DatabasePool
   private var cursor = BenchRowCursor()
 
-  init(path: String) throws {
+  /// With `observed`, one no-op transaction observer for the writer
+  /// connection's life (see `BenchCapture.Mode.grdbObserved`).
+  init(path: String, observed: Bool = false) throws {
     var configuration = Configuration()
     configuration.busyMode = .timeout(10)
     configuration.prepareDatabase { db in
@@ -240,6 +250,9 @@ final class BenchGRDBWriter {
     }
     pool = try DatabasePool(path: path, configuration: configuration)
     try pool.write { try $0.execute(sql: BenchWorkload.schema) }
+    if observed {
+      try pool.writeWithoutTransaction { $0.add(transactionObserver: BenchNoOpObserver(), extent: .databaseLifetime) }
+    }
   }
 
   func prepareUpdates() throws {
@@ -253,4 +266,13 @@ final class BenchGRDBWriter {
     try pool.write { db in _ = try BenchGRDBRows.write(db, rows: rows, operation, cursor: &cursor) }
     return BenchClock.monotonic() - start
   }
+}
+
+/// Observes nothing: GRDB still asks it before every statement and tells
+/// it of every commit.
+final class BenchNoOpObserver: TransactionObserver {
+  func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool { false }
+  func databaseDidChange(with event: DatabaseEvent) {}
+  func databaseDidCommit(_ db: Database) {}
+  func databaseDidRollback(_ db: Database) {}
 }

@@ -197,6 +197,40 @@ void gs_capture_did_rollback(gs_capture_t *capture);
 /// Nonzero if memory ran out while capturing the open transaction.
 int gs_capture_overflowed(const gs_capture_t *capture);
 
+/// Rows captured for `table` (an index) in the open transaction.
+size_t gs_capture_table_rows(const gs_capture_t *capture, uint32_t table);
+
+/// One table's rows reduced to their net effect in the open transaction,
+/// each list sorted by rowid. Whether a row existed before is exact (its
+/// first operation tells); whether it exists after is what its last
+/// operation says, which a savepoint rolled back or a failed statement
+/// can contradict: the owner checks that claim against the store.
+typedef struct {
+  /// Did not exist before; exist after.
+  const int64_t *_Nullable inserted;
+  size_t inserted_count;
+  /// Existed before; exist after.
+  const int64_t *_Nullable updated;
+  size_t updated_count;
+  /// Existed before; gone after.
+  const int64_t *_Nullable deleted;
+  size_t deleted_count;
+  /// Did not exist before; gone again after.
+  const int64_t *_Nullable transient;
+  size_t transient_count;
+} gs_net_rows;
+
+/// Computes the net rows of every table of the open transaction, once per
+/// change captured (calling again without a new change costs nothing).
+/// GS_ENOMEM if memory ran out.
+int gs_capture_make_net_rows(gs_capture_t *capture);
+
+/// The net rows of `table` (an index) as gs_capture_make_net_rows last made
+/// them: valid until the next row is captured or the transaction ends.
+/// GS_EINVAL if they are not made, or no such table.
+int gs_capture_net_rows(const gs_capture_t *capture, uint32_t table,
+                        gs_net_rows *out);
+
 // MARK: Watcher
 
 typedef struct gs_watcher_s gs_watcher_t;

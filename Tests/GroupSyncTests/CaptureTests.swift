@@ -89,6 +89,53 @@ import Testing
     #expect(seen == Array((first + 1)...(first + 20)))
   }
 
+  // A commit that follows this connection's own reuses its last sequence
+  // and schema (issue 20); another connection's commit in between, or a
+  // write to the history, must make it read them again.
+  @Test func twoConnectionsTakingTurnsNumberGaplessly() throws {
+    let path = folder.child(UUID().uuidString)
+    let a = try GroupFolder(path: path)
+    try a.store.write { try $0.execute(sql: "CREATE TABLE t(x)") }
+    let b = try GroupFolder(path: path, create: false)
+    let first = try a.store.currentSequence()
+    var seen: [Int64] = []
+    for index in 0..<12 {
+      let writer = index % 3 == 2 ? b : a  // a twice, then b
+      seen.append(try #require(try commit(writer, "INSERT INTO t VALUES (\(index))")).sequence)
+    }
+    #expect(seen == Array((first + 1)...(first + 12)))
+  }
+
+  @Test func anotherConnectionsSchemaChangeIsNotTakenForOurs() throws {
+    let path = folder.child(UUID().uuidString)
+    let a = try GroupFolder(path: path)
+    try a.store.write { try $0.execute(sql: "CREATE TABLE t(x); CREATE TABLE u(y)") }
+    _ = try commit(a, "INSERT INTO t VALUES (1)")
+    let b = try GroupFolder(path: path, create: false)
+    let altered = try #require(try commit(b, "ALTER TABLE u ADD COLUMN z"))
+    #expect(altered.invalidatedTableNames == ["u"])
+    // a's next commit starts from the schema b left: it changed none.
+    let next = try #require(try commit(a, "INSERT INTO t VALUES (2)"))
+    #expect(next.invalidatedTableNames.isEmpty)
+    #expect(next.sequence == altered.sequence + 1)
+    #expect(next.inserted == ids(a, "t", [2]))
+  }
+
+  @Test func aHistoryRowWrittenInTheTransactionIsNotNumberedOver() throws {
+    let group = try makeGroup("CREATE TABLE t(x)")
+    _ = try commit(group, "INSERT INTO t VALUES (1)")
+    let last = try group.store.currentSequence()
+    // A row of the history written inside a write (as a tool might):
+    // the commit's own number comes after it.
+    let changeSet = try #require(try group.store.writeAndReturnChangeSet { db in
+      try db.execute(
+        sql: "INSERT INTO \(StoreState.historyTable)(seq, committed_at, author, pid, payload) VALUES (?, 0, 'tool', 0, x'')",
+        arguments: [last + 1])
+      try db.execute(sql: "INSERT INTO t VALUES (2)")
+    }.changeSet)
+    #expect(changeSet.sequence == last + 2)
+  }
+
   @Test func savepointRollbackMayOverReportButNeverUnderReports() throws {
     let group = try makeGroup("CREATE TABLE t(x); INSERT INTO t(rowid, x) VALUES (1, 'a')")
     let changes = try #require(try commit(group, """

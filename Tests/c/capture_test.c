@@ -122,6 +122,45 @@ int main(void) {
   CHECK(gs_capture_pending(c, &rows) == 0);
   CHECK(!gs_capture_has_changes(c));
 
+  // Net rows, made in C: per table, sorted, each row by its first and last
+  // operation; a rowid change is a delete and an insert.
+  exec(db, "INSERT INTO t(id, v) VALUES (5, 'e'), (6, 'f'), (7, 'g')");
+  gs_capture_did_commit(c);
+  exec(db,
+       "BEGIN; INSERT INTO t(id, v) VALUES (9, 'i'), (8, 'h');"
+       "UPDATE t SET v = 'x' WHERE id IN (6, 8); DELETE FROM t WHERE id = 7;"
+       "INSERT INTO t(id, v) VALUES (4, 'd'); DELETE FROM t WHERE id = 4;"
+       "UPDATE t SET id = 50 WHERE id = 5; INSERT INTO big VALUES (1)");
+  CHECK(gs_capture_make_net_rows(c) == GS_OK);
+  CHECK(gs_capture_make_net_rows(c) == GS_OK);  // again: nothing new
+  gs_net_rows net;
+  CHECK(gs_capture_net_rows(c, table_index(c, "t"), &net) == GS_OK);
+  CHECK(net.inserted_count == 3 && net.inserted[0] == 8 &&
+        net.inserted[1] == 9 && net.inserted[2] == 50);
+  CHECK(net.updated_count == 1 && net.updated[0] == 6);
+  CHECK(net.deleted_count == 2 && net.deleted[0] == 5 && net.deleted[1] == 7);
+  CHECK(net.transient_count == 1 && net.transient[0] == 4);
+  CHECK(gs_capture_table_rows(c, table_index(c, "t")) == 9);
+  CHECK(gs_capture_net_rows(c, table_index(c, "big"), &net) == GS_OK);
+  CHECK(net.inserted_count == 1 && net.updated_count == 0);
+  exec(db, "INSERT INTO t(id, v) VALUES (60, 'late')");  // unmade again
+  CHECK(gs_capture_net_rows(c, table_index(c, "t"), &net) == GS_EINVAL);
+  CHECK(gs_capture_make_net_rows(c) == GS_OK);
+  CHECK(gs_capture_net_rows(c, table_index(c, "t"), &net) == GS_OK);
+  CHECK(net.inserted_count == 4 && net.inserted[3] == 60);
+  exec(db, "ROLLBACK");
+  gs_capture_did_rollback(c);
+  CHECK(gs_capture_net_rows(c, table_index(c, "t"), &net) == GS_EINVAL);
+  // In rowid order, each row once: the lists as they came.
+  exec(db, "BEGIN; INSERT INTO t(id, v) VALUES (10, 'a'), (11, 'b');"
+           "UPDATE t SET v = 'y' WHERE id = 12");
+  exec(db, "INSERT INTO t(id, v) VALUES (12, 'c')");
+  CHECK(gs_capture_make_net_rows(c) == GS_OK);
+  CHECK(gs_capture_net_rows(c, table_index(c, "t"), &net) == GS_OK);
+  CHECK(net.inserted_count == 3 && net.inserted[2] == 12);
+  exec(db, "ROLLBACK");
+  gs_capture_did_rollback(c);
+
   // The row budget: the largest table is invalidated, its rows dropped,
   // later rows of it skipped; memory stays bounded.
   gs_capture_set_row_budget(c, 100);

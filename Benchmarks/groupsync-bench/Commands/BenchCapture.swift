@@ -17,9 +17,13 @@ struct BenchCapture: AsyncParsableCommand {
     /// Plain GRDB (`pool.write`, cached statements), and `Store.write`
     /// running the same GRDB statements.
     case grdb, groupsyncGRDB = "groupsync-grdb"
+    /// Plain GRDB with one no-op `TransactionObserver` for the connection's
+    /// life: what GRDB itself charges any observer, per statement and per
+    /// commit, which `Store.write` (an observer) cannot avoid.
+    case grdbObserved = "grdb-observer"
   }
 
-  @Option(name: .long, help: "plain, groupsync, grdb or groupsync-grdb.")
+  @Option(name: .long, help: "plain, groupsync, grdb, groupsync-grdb or grdb-observer.")
   var mode: Mode
 
   @Option(name: .long, help: "insert or update.")
@@ -42,13 +46,14 @@ struct BenchCapture: AsyncParsableCommand {
       if op == .update { try writer.prepareUpdates() }
       for _ in 0..<2 { try writer.transaction(rows: rows, op) }
       try Self.measured(transactions) { try writer.transaction(rows: rows, op) }
-    case .grdb:
-      let writer = try BenchGRDBWriter(path: directory + "/grdb.sqlite")
+    case .grdb, .grdbObserved:
+      let writer = try BenchGRDBWriter(path: directory + "/grdb.sqlite", observed: mode == .grdbObserved)
       if op == .update { try writer.prepareUpdates() }
       for _ in 0..<2 { try writer.transaction(rows: rows, op) }
       try Self.measured(transactions) { try writer.transaction(rows: rows, op) }
     case .groupsync, .groupsyncGRDB:
-      let writer = try BenchGroupWriter(path: directory + "/group", grdbStatements: mode == .groupsyncGRDB)
+      let writer = try BenchGroupWriter(
+        path: directory + "/group", grdbStatements: mode == .groupsyncGRDB, stampsCommit: false)
       if op == .update { try writer.prepareUpdates() }
       for _ in 0..<2 { try writer.transaction(rows: rows, op) }
       try Self.measured(transactions) { try writer.transaction(rows: rows, op) }

@@ -31,6 +31,11 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   /// (An array, appended only when the name differs from the last one:
   /// GRDB asks on every statement, and hashing into a set cost most of it.)
   private var writtenTables: [String] = []
+  /// Written tables whose rows the hook names (rowid tables, virtual
+  /// tables with a rowid shadow) as of schema `plainTablesVersion`: most
+  /// commits write only those, and look none up by name.
+  private var plainTables: [String] = []
+  private var plainTablesVersion: Int64 = -1
   /// Shadow tables already told to the capture to ignore.
   private var ignoredShadowTables = Set<TableName>()
   private var shadowsIgnoredAtVersion: Int64 = -1
@@ -47,6 +52,12 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   /// (`notifyChanges`): those are not writes of this connection.
   var isRelayingOtherProcesses = false
   private var migrationRecorded = false
+  /// This connection's last change set, as committed: the data version
+  /// right after its COMMIT, its sequence and the schema it left.
+  private var lastCommit: (dataVersion: UInt32, sequence: Int64, schemaVersion: Int64)?
+  /// The history's last sequence, when the open transaction began where
+  /// `lastCommit` left off.
+  private var knownLastSequence: Int64?
 
   init(capture: ChangeCapture, storeID: UUID, didCommit: @escaping @Sendable (ChangeSet, _ encoded: [UInt8], _ claimed: Bool) -> Void) {
     self.capture = capture
@@ -72,10 +83,15 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
     }
     // One read of the schema version for the whole step.
     let snapshot = try schema.snapshot(db)
-    for table in Set(writtenTables) {
-      switch snapshot.kinds[TableName(table)] {
-      case .rowID?: continue
-      case .virtual? where snapshot.rowIDShadows[TableName(table)] != nil: continue
+    if snapshot.version != plainTablesVersion {
+      plainTables.removeAll()
+      plainTablesVersion = snapshot.version
+    }
+    for table in writtenTables where !plainTables.contains(where: { TableName.sameBytes($0, table) }) {
+      let name = TableName(table)
+      switch snapshot.kinds[name] {
+      case .rowID?: plainTables.append(table)
+      case .virtual? where snapshot.rowIDShadows[name] != nil: plainTables.append(table)
       case .virtual?: capture.invalidate(table)
       default: if isFallback { capture.invalidate(table) }
       }
@@ -102,8 +118,27 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   /// Remembers the schema the transaction starts from, to tell what it
   /// changed in it. Runs at the start of every `Store.write`.
   func transactionWillBegin(_ db: Database) throws {
-    schema.baseline = try schema.snapshot(db)
+    // Nothing moved since this connection's last change set committed
+    // (the data version moves with every commit of any connection, seen
+    // once this transaction began): the schema is the one that change set
+    // left, and the history's last sequence is its own.
+    if let last = lastCommit, sqlite3_get_autocommit(capture.connection) == 0,
+      statements.dataVersion() == last.dataVersion, schema.baseline?.version == last.schemaVersion
+    {
+      knownLastSequence = last.sequence
+    } else {
+      schema.baseline = try schema.snapshot(db)
+      knownLastSequence = nil
+    }
+    lastCommit = nil
     isInStoreWrite = true
+  }
+
+  /// The sequence number of the open transaction's change set: one past
+  /// the history's last, read in the transaction unless this connection
+  /// committed it and nothing moved since.
+  func nextSequence() throws -> Int64 {
+    try (knownLastSequence ?? statements.lastSequence()) + 1
   }
 
   /// Adds a note to the open `Store.write`'s change set.
@@ -127,10 +162,10 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   }
 
   private func makeChangeSet(_ db: Database, sequence: Int64, schema after: SchemaSnapshot) throws -> ChangeSet {
-    let (builder, budgetInvalidated) = capture.pendingChanges()
+    let (netRows, budgetInvalidated) = try capture.pendingChanges()
     let (tables, invalidated) = try NetChangeResolver(
       db: db, before: schema.baseline ?? after, after: after, statements: statements
-    ).resolve(builder.netRows(), invalidated: budgetInvalidated)
+    ).resolve(netRows, invalidated: budgetInvalidated)
     schema.baseline = after
     return ChangeSet(
       storeID: storeID, sequence: sequence, committedAtNanoseconds: Store.nowNanoseconds(),
@@ -163,9 +198,19 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   // MARK: TransactionObserver
 
   func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool {
+    // GRDB asks before every statement: the common answer (the table the
+    // last statement wrote) costs one compare of bytes and no allocation.
     if isMigrating, case .insert(tableName: Store.migrationsTable) = eventKind { return true }
-    guard !isRelayingOtherProcesses, !ChangeCapture.isInternal(eventKind.tableName) else { return false }
-    if writtenTables.last != eventKind.tableName { writtenTables.append(eventKind.tableName) }
+    guard !isRelayingOtherProcesses else { return false }
+    let table = eventKind.tableName
+    if let last = writtenTables.last, TableName.sameBytes(last, table) { return isFallback }
+    guard !ChangeCapture.isInternal(table) else {
+      // The history written through GRDB (not by the commit's own insert):
+      // its last sequence is read again, not assumed.
+      if TableName.sameBytes(table, StoreState.historyTable) { knownLastSequence = nil }
+      return false
+    }
+    writtenTables.append(table)
     return isFallback
   }
 
@@ -208,17 +253,22 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
       changeSet = migrationChangeSet(db)
     }
     endTransaction()
+    if claimed, let changeSet, let version = statements.dataVersion(), let schemaVersion = schema.baseline?.version {
+      lastCommit = (version, changeSet.sequence, schemaVersion)
+    }
     guard let changeSet else { return }
     didCommit(changeSet, payload ?? ChangeSetEncoding.encode(changeSet), claimed)
   }
 
   func databaseDidRollback(_ db: Database) {
     endTransaction()
+    lastCommit = nil
   }
 
   private func endTransaction() {
     prepared = nil
     preparedPayload = nil
+    knownLastSequence = nil
     pendingNotes.removeAll()
     isInStoreWrite = false
     migrationRecorded = false

@@ -79,33 +79,33 @@ final class ChangeCapture {
 
   func transactionEnded() { gs_capture_did_commit(handle) }
 
-  /// The open transaction's rows, reduced to their net effect, and the
-  /// tables it invalidated (over the row budget, or fed by the fallback).
-  func pendingChanges() -> (builder: ChangeSetBuilder, invalidated: Set<TableName>) {
-    var rows: UnsafePointer<gs_row_change>?
-    let count = gs_capture_pending(handle, &rows)
-    var builder = ChangeSetBuilder()
+  /// Table names by the capture's index: interned for its life.
+  private var tableNames: [TableName] = []
+
+  private func tableName(_ index: UInt32) -> TableName {
+    while tableNames.count <= Int(index) {
+      tableNames.append(TableName(String(cString: gs_capture_table_name(handle, UInt32(tableNames.count))!)))
+    }
+    return tableNames[Int(index)]
+  }
+
+  /// The open transaction's rows, reduced to their net effect beside the
+  /// hook (in C), and the tables it invalidated (over the row budget, or
+  /// fed by the fallback).
+  func pendingChanges() throws -> (netRows: [TableName: NetRows], invalidated: Set<TableName>) {
+    guard gs_capture_make_net_rows(handle) == GS_OK else { throw GroupSyncError.captureOutOfMemory }
+    var netRows: [TableName: NetRows] = [:]
     var invalidated = Set<TableName>()
-    // Split the log by table index first: names are resolved once per table.
-    var logs: [[(rowID: Int64, operation: RowOperation)]] = []
-    if let rows {
-      for change in UnsafeBufferPointer(start: rows, count: count) {
-        let index = Int(change.table)
-        while logs.count <= index { logs.append([]) }
-        logs[index].append((change.rowid, RowOperation(rawValue: change.op)!))
-      }
-    }
     for index in 0..<gs_capture_table_count(handle) {
-      let isInvalidated = gs_capture_table_invalidated(handle, index) != 0
-      let hasRows = Int(index) < logs.count && !logs[Int(index)].isEmpty
-      guard isInvalidated || hasRows else { continue }
-      let table = TableName(String(cString: gs_capture_table_name(handle, index)!))
-      if isInvalidated {
-        invalidated.insert(table)
-      } else {
-        builder.record(table: table, operations: logs[Int(index)])
+      if gs_capture_table_invalidated(handle, index) != 0 {
+        invalidated.insert(tableName(index))
+        continue
       }
+      guard gs_capture_table_rows(handle, index) > 0 else { continue }
+      var net = gs_net_rows()
+      guard gs_capture_net_rows(handle, index, &net) == GS_OK else { throw GroupSyncError.captureOutOfMemory }
+      netRows[tableName(index)] = NetRows(net)
     }
-    return (builder, invalidated)
+    return (netRows, invalidated)
   }
 }

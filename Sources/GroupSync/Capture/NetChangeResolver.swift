@@ -25,6 +25,7 @@ struct NetChangeResolver {
   func resolve(
     _ netRows: [TableName: NetRows], invalidated budgetInvalidated: Set<TableName>
   ) throws -> (tables: [TableName: TableChanges], invalidated: Set<TableName>) {
+    if let plain = try resolvePlain(netRows, invalidated: budgetInvalidated) { return plain }
     var invalidated = budgetInvalidated
     // Tables new in the transaction are invalidated (a renamed table's rows
     // come without a hook) and still have the rows the hook saw listed.
@@ -93,6 +94,28 @@ struct NetChangeResolver {
     return (tables, invalidated)
   }
 
+  /// The common commit, without the general case's bookkeeping: the schema
+  /// did not move, nothing is invalidated, no full-text index shows
+  /// another table's rows, and every table written is a rowid table. Nil
+  /// for any other commit.
+  private func resolvePlain(
+    _ netRows: [TableName: NetRows], invalidated budgetInvalidated: Set<TableName>
+  ) throws -> (tables: [TableName: TableChanges], invalidated: Set<TableName>)? {
+    guard after.version == before.version, budgetInvalidated.isEmpty, after.externalContents.isEmpty,
+      netRows.keys.allSatisfy({ after.kinds[$0] == .rowID })
+    else { return nil }
+    var tables: [TableName: TableChanges] = [:]
+    var invalidated = Set<TableName>()
+    for (table, rows) in netRows {
+      guard let changes = try verified(rows, in: table) else {
+        invalidated.insert(table)
+        continue
+      }
+      if !changes.isEmpty { tables[table] = changes }
+    }
+    return (tables, invalidated)
+  }
+
   /// The table readers query for `name`: a shadow table's virtual table.
   private func owner(_ name: TableName) -> TableName? {
     switch after.kinds[name] ?? before.kinds[name] {
@@ -107,20 +130,27 @@ struct NetChangeResolver {
   /// the caller invalidates it rather than refuse the commit.
   private func verified(_ rows: NetRows, in table: TableName) throws -> TableChanges? {
     let present = rows.claimedPresent
-    let all = rows.claimedGone.isEmpty ? present : (present + rows.claimedGone).sorted()
-    let existing: Set<Int64>?
+    let gone = rows.claimedGone
+    let all = gone.isEmpty ? present : (present + gone).sorted()
+    let existing: [Int64]?
     do {
+      // The bulk case, a dense range of rows the log says exist: counting
+      // them is enough.
+      if gone.isEmpty, try statements.allExist(present, in: table, schemaVersion: after.version, db) == true {
+        return rows.changes()
+      }
       existing = try existingRowIDs(among: all, in: table)
     } catch let error as DatabaseError where error.resultCode == .SQLITE_ERROR {
       return nil
     }
     guard let existing else { return nil }
-    if existing.count == present.count && present.allSatisfy(existing.contains) { return rows.changes() }
-    return rows.changes(existing: existing)
+    // The common case: the store agrees with the log.
+    if existing == present { return rows.changes() }
+    return rows.changes(existing: Set(existing))
   }
 
-  /// Which of the sorted `rowIDs` exist in `table`.
-  private func existingRowIDs(among rowIDs: [Int64], in table: TableName) throws -> Set<Int64>? {
+  /// Which of the sorted `rowIDs` exist in `table`, sorted.
+  private func existingRowIDs(among rowIDs: [Int64], in table: TableName) throws -> [Int64]? {
     try statements.existingRowIDs(among: rowIDs, in: table, schemaVersion: after.version, db)
   }
 }

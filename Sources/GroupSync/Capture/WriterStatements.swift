@@ -14,8 +14,12 @@ import GRDB
 /// connection closes.
 final class WriterStatements {
   private let connection: OpaquePointer
-  private var statements: [String: OpaquePointer] = [:]
-  private var existence: [TableName: (range: OpaquePointer?, list: OpaquePointer?)] = [:]
+  /// The statements of every commit, each in a slot of its own: looking
+  /// them up by SQL hashed the string on every call.
+  private var schemaVersionStatement: OpaquePointer?
+  private var lastSequenceStatement: OpaquePointer?
+  private var appendHistoryStatement: OpaquePointer?
+  private var existence: [TableName: (range: OpaquePointer?, list: OpaquePointer?, count: OpaquePointer?)] = [:]
   private var existenceVersion: Int64 = -1
 
   init(connection: OpaquePointer) {
@@ -26,11 +30,12 @@ final class WriterStatements {
 
   /// Finalizes every statement; they are prepared again when needed.
   func finalize() {
-    for statement in statements.values { sqlite3_finalize(statement) }
-    statements = [:]
-    for (range, list) in existence.values {
+    for slot in [schemaVersionStatement, lastSequenceStatement, appendHistoryStatement] { sqlite3_finalize(slot) }
+    (schemaVersionStatement, lastSequenceStatement, appendHistoryStatement) = (nil, nil, nil)
+    for (range, list, count) in existence.values {
       sqlite3_finalize(range)
       sqlite3_finalize(list)
+      sqlite3_finalize(count)
     }
     existence = [:]
   }
@@ -44,10 +49,10 @@ final class WriterStatements {
     return statement
   }
 
-  private func cached(_ sql: String) throws -> OpaquePointer {
-    if let statement = statements[sql] { return statement }
-    let statement = try prepare(sql)
-    statements[sql] = statement
+  private func prepared(_ slot: inout OpaquePointer?, _ sql: @autoclosure () -> String) throws -> OpaquePointer {
+    if let statement = slot { return statement }
+    let statement = try prepare(sql())
+    slot = statement
     return statement
   }
 
@@ -72,16 +77,25 @@ final class WriterStatements {
     }
   }
 
-  func schemaVersion() throws -> Int64 { try run(cached("PRAGMA schema_version")) ?? 0 }
+  func schemaVersion() throws -> Int64 { try run(prepared(&schemaVersionStatement, "PRAGMA main.schema_version")) ?? 0 }
+
+  /// The connection's data version (`SQLITE_FCNTL_DATA_VERSION`): it
+  /// moves with every commit to the file, this connection's and, once a
+  /// transaction began, any other connection's.
+  func dataVersion() -> UInt32? {
+    var version: UInt32 = 0
+    return sqlite3_file_control(connection, "main", SQLITE_FCNTL_DATA_VERSION, &version) == SQLITE_OK ? version : nil
+  }
 
   func lastSequence() throws -> Int64 {
-    try run(cached("SELECT coalesce(max(seq), 0) FROM main.\(StoreState.historyTable)")) ?? 0
+    try run(prepared(&lastSequenceStatement, "SELECT coalesce(max(seq), 0) FROM main.\(StoreState.historyTable)")) ?? 0
   }
 
   /// Appends a history entry (see ``StoreState``), keeping the caller's
   /// `last_insert_rowid`.
   func appendHistory(_ changeSet: ChangeSet, payload: [UInt8], author: String?) throws {
-    let statement = try cached(
+    let statement = try prepared(
+      &appendHistoryStatement,
       "INSERT INTO main.\(StoreState.historyTable)(seq, committed_at, author, pid, payload) VALUES (?, ?, ?, ?, ?)")
     let savedRowID = sqlite3_last_insert_rowid(connection)
     sqlite3_bind_int64(statement, 1, changeSet.sequence)
@@ -99,29 +113,54 @@ final class WriterStatements {
     sqlite3_set_last_insert_rowid(connection, savedRowID)
   }
 
-  /// Which of the sorted `rowIDs` exist in `table`; nil when its rowid
-  /// cannot be named in SQL (columns shadow `rowid`, `_rowid_` and `oid`).
-  func existingRowIDs(among rowIDs: [Int64], in table: TableName, schemaVersion: Int64, _ db: Database) throws -> Set<Int64>? {
-    guard let first = rowIDs.first, let last = rowIDs.last else { return [] }
+  /// The existence statements of `table`, prepared once per schema
+  /// version; nil when its rowid cannot be named in SQL.
+  private func existenceStatements(
+    _ table: TableName, schemaVersion: Int64, _ db: Database
+  ) throws -> (range: OpaquePointer, list: OpaquePointer, count: OpaquePointer)? {
     if schemaVersion != existenceVersion {
-      for (range, list) in existence.values {
+      for (range, list, count) in existence.values {
         sqlite3_finalize(range)
         sqlite3_finalize(list)
+        sqlite3_finalize(count)
       }
       existence = [:]
       existenceVersion = schemaVersion
     }
-    if existence[table] == nil {
-      guard let rowID = try SchemaSnapshot.rowIDName(of: table, db) else {
-        existence[table] = (nil, nil)
-        return nil
-      }
-      existence[table] = (
-        try prepare("SELECT \(rowID) FROM \(table.qualified) WHERE \(rowID) BETWEEN ? AND ?"),
-        try prepare("SELECT \(rowID) FROM \(table.qualified) WHERE \(rowID) IN (SELECT value FROM json_each(?))")
-      )
+    if let (range, list, count) = existence[table] {
+      guard let range, let list, let count else { return nil }
+      return (range, list, count)
     }
-    guard let (range, list) = existence[table], let range, let list else { return nil }
+    guard let rowID = try SchemaSnapshot.rowIDName(of: table, db) else {
+      existence[table] = (nil, nil, nil)
+      return nil
+    }
+    let statements = (
+      range: try prepare("SELECT \(rowID) FROM \(table.qualified) WHERE \(rowID) BETWEEN ? AND ?"),
+      list: try prepare("SELECT \(rowID) FROM \(table.qualified) WHERE \(rowID) IN (SELECT value FROM json_each(?))"),
+      count: try prepare("SELECT count(*) FROM \(table.qualified) WHERE \(rowID) BETWEEN ? AND ?"))
+    existence[table] = statements
+    return statements
+  }
+
+  /// Whether every one of the sorted `rowIDs`, a dense range, exists in
+  /// `table`: one count over the range, no row handed back. Nil when they
+  /// are not a dense range or the rowid cannot be named in SQL.
+  func allExist(_ rowIDs: [Int64], in table: TableName, schemaVersion: Int64, _ db: Database) throws -> Bool? {
+    guard let first = rowIDs.first, let last = rowIDs.last, last &- first == Int64(rowIDs.count - 1),
+      let (_, _, count) = try existenceStatements(table, schemaVersion: schemaVersion, db)
+    else { return nil }
+    sqlite3_bind_int64(count, 1, first)
+    sqlite3_bind_int64(count, 2, last)
+    return try run(count) == Int64(rowIDs.count)
+  }
+
+  /// Which of the sorted `rowIDs` exist in `table`, sorted; nil when its
+  /// rowid cannot be named in SQL (columns shadow `rowid`, `_rowid_` and
+  /// `oid`).
+  func existingRowIDs(among rowIDs: [Int64], in table: TableName, schemaVersion: Int64, _ db: Database) throws -> [Int64]? {
+    guard let first = rowIDs.first, let last = rowIDs.last else { return [] }
+    guard let (range, list, _) = try existenceStatements(table, schemaVersion: schemaVersion, db) else { return nil }
     let statement: OpaquePointer
     if last &- first == Int64(rowIDs.count - 1) {
       // A dense range, the bulk case: one range scan, no list to pass.
@@ -137,11 +176,19 @@ final class WriterStatements {
       sqlite3_reset(statement)
       sqlite3_clear_bindings(statement)
     }
-    var existing = Set<Int64>(minimumCapacity: rowIDs.count)
+    // An array, not a set: the caller compares it with what the log
+    // claims, equal in the common case.
+    var existing: [Int64] = []
+    existing.reserveCapacity(rowIDs.count)
+    var sorted = true
     while true {
       switch sqlite3_step(statement) {
-      case SQLITE_ROW: existing.insert(sqlite3_column_int64(statement, 0))
-      case SQLITE_DONE: return existing
+      case SQLITE_ROW:
+        let rowID = sqlite3_column_int64(statement, 0)
+        if let previous = existing.last, previous >= rowID { sorted = false }
+        existing.append(rowID)
+      case SQLITE_DONE:
+        return sorted ? existing : Array(Set(existing)).sorted()
       case let code:
         throw DatabaseError(
           resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(connection)),

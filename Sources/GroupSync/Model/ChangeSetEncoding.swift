@@ -43,26 +43,15 @@ public enum ChangeSetEncoding {
     appendUnsigned(UInt64(changeSet.sequence), to: &out)
     appendSigned(changeSet.committedAtNanoseconds, to: &out)
     appendSigned(Int64(changeSet.writerProcessID), to: &out)
-    let tables = changeSet.tables.sorted { $0.key < $1.key }
-    appendUnsigned(UInt64(tables.count), to: &out)
-    for (name, changes) in tables {
-      appendBytes(Array(name.name.utf8), to: &out)
-      for rowIDs in [changes.inserted, changes.updated, changes.deleted] {
-        appendUnsigned(UInt64(rowIDs.count), to: &out)
-        var previous: Int64?
-        for rowID in rowIDs {
-          if let previous {
-            appendUnsigned(UInt64(bitPattern: rowID &- previous), to: &out)
-          } else {
-            appendSigned(rowID, to: &out)
-          }
-          previous = rowID
-        }
-      }
+    appendUnsigned(UInt64(changeSet.tables.count), to: &out)
+    // Most change sets name one table: nothing to sort.
+    if changeSet.tables.count == 1, let (name, changes) = changeSet.tables.first {
+      appendTable(name, changes, to: &out)
+    } else {
+      for (name, changes) in changeSet.tables.sorted(by: { $0.key < $1.key }) { appendTable(name, changes, to: &out) }
     }
-    let invalidated = changeSet.invalidatedTableNames.sorted()
-    appendUnsigned(UInt64(invalidated.count), to: &out)
-    for name in invalidated { appendBytes(Array(name.name.utf8), to: &out) }
+    appendUnsigned(UInt64(changeSet.invalidatedTableNames.count), to: &out)
+    for name in changeSet.invalidatedTableNames.sorted() { appendName(name.name, to: &out) }
     appendUnsigned(UInt64(changeSet.notes.count), to: &out)
     for note in changeSet.notes {
       appendBytes(Array(note.name.utf8), to: &out)
@@ -102,6 +91,29 @@ public enum ChangeSetEncoding {
 
   static func appendSigned(_ value: Int64, to out: inout [UInt8]) {
     appendUnsigned(UInt64(bitPattern: (value << 1) ^ (value >> 63)), to: &out)
+  }
+
+  private static func appendTable(_ name: TableName, _ changes: TableChanges, to out: inout [UInt8]) {
+    appendName(name.name, to: &out)
+    appendRowIDs(changes.inserted, to: &out)
+    appendRowIDs(changes.updated, to: &out)
+    appendRowIDs(changes.deleted, to: &out)
+  }
+
+  private static func appendRowIDs(_ rowIDs: [Int64], to out: inout [UInt8]) {
+    appendUnsigned(UInt64(rowIDs.count), to: &out)
+    guard let first = rowIDs.first else { return }
+    appendSigned(first, to: &out)
+    var previous = first
+    for rowID in rowIDs.dropFirst() {
+      appendUnsigned(UInt64(bitPattern: rowID &- previous), to: &out)
+      previous = rowID
+    }
+  }
+
+  private static func appendName(_ name: String, to out: inout [UInt8]) {
+    appendUnsigned(UInt64(name.utf8.count), to: &out)
+    out.append(contentsOf: name.utf8)
   }
 
   static func appendBytes(_ bytes: [UInt8], to out: inout [UInt8]) {

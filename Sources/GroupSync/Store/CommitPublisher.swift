@@ -46,6 +46,7 @@ final class CommitPublisher: Sendable {
       var batch: [(changeSet: ChangeSet, encoded: [UInt8], claimed: Bool)] = []
       queue.withLock { swap(&batch, &$0.waiting) }
       if !batch.isEmpty { Failpoint.stop(if: Failpoint.stopAfterCommit) }
+      var own: Outcome?
       for (changeSet, encoded, claimed) in batch {
         let start = ContinuousClock.now
         let failures = deliver(changeSet, encoded)
@@ -54,9 +55,17 @@ final class CommitPublisher: Sendable {
           Logger.groupSync.error(
             "change set \(changeSet.sequence) committed but not delivered to every listener (they read it from the history): \(failures)")
         }
-        if claimed { queue.withLock { $0.published[changeSet.sequence] = (changeSet, failures) } }
+        if claimed {
+          // The caller's own, the common case, goes back without the table.
+          if changeSet.sequence == sequence {
+            own = (changeSet, failures)
+          } else {
+            queue.withLock { $0.published[changeSet.sequence] = (changeSet, failures) }
+          }
+        }
       }
       guard let sequence else { return nil }
+      if let own { return own }
       return queue.withLock { $0.published.removeValue(forKey: sequence) }
     }
   }

@@ -112,53 +112,82 @@ enum History {
   /// Purges what retention allows, inside the writer's transaction. Never
   /// touches the newest entry: its number is the next one's base.
   ///
-  /// - Parameter floor: the lowest sequence a durable listener still needs.
-  static func purge(_ db: Database, newest: Int64, floor: Int64?, now: Int64) throws {
+  /// - Parameter floor: the lowest sequence a durable listener still needs
+  ///   (asked only when a soft limit would purge something: it reads every
+  ///   durable listener's place).
+  static func purge(_ db: Database, newest: Int64, floor: () -> Int64?, now: Int64) throws {
     let retention = try retention(db)
+    let oldest = try oldestSequence(db) ?? newest
+    // Read once for both kinds of limit.
+    var averageBytes: Double?
+    let history = HistorySpan(oldest: oldest, newest: newest, now: now) {
+      if let averageBytes { return averageBytes }
+      let average = try averagePayloadBytes(newest: newest, db)
+      averageBytes = average
+      return average
+    }
     let soft = try cutoff(
-      db, newest: newest, now: now, age: retention.maximumAgeSeconds, count: retention.maximumCount,
-      bytes: retention.maximumBytes)
+      db, history, age: retention.maximumAgeSeconds, count: retention.maximumCount, bytes: retention.maximumBytes)
     let hard = try cutoff(
-      db, newest: newest, now: now, age: retention.hardMaximumAgeSeconds, count: retention.hardMaximumCount,
+      db, history, age: retention.hardMaximumAgeSeconds, count: retention.hardMaximumCount,
       bytes: retention.hardMaximumBytes)
     // Soft limits stop below a durable listener's place; hard ones do not.
     var below: Int64 = 0
-    if let soft { below = floor.map { min(soft, $0) } ?? soft }
+    if let soft, soft > oldest {
+      below = floor().map { min(soft, $0) } ?? soft
+    }
     if let hard { below = max(below, hard) }
     below = min(below, newest)
     guard below > 0 else { return }
     try db.execute(sql: "DELETE FROM \(StoreState.historyTable) WHERE seq < ?", arguments: [below])
   }
 
+  /// What a purge looks at: the history's span, the time, and the average
+  /// payload size (read when first asked).
+  private struct HistorySpan {
+    let oldest: Int64
+    let newest: Int64
+    let now: Int64
+    let averageBytes: () throws -> Double
+  }
+
   /// The lowest sequence the limits keep (entries below it may go), or nil
   /// when no limit is exceeded.
   private static func cutoff(
-    _ db: Database, newest: Int64, now: Int64, age: Int64?, count: Int64?, bytes: Int64?
+    _ db: Database, _ history: HistorySpan, age: Int64?, count: Int64?, bytes: Int64?
   ) throws -> Int64? {
     var keepFrom: Int64?
     func raise(_ value: Int64) { keepFrom = max(keepFrom ?? value, value) }
-    if let count { raise(newest - count + 1) }
-    if let age { raise(try firstSequence(committedAfter: now - age * 1_000_000_000, newest: newest, db)) }
+    if let count { raise(history.newest - count + 1) }
+    if let age { raise(try firstSequence(committedAfter: history.now - age * 1_000_000_000, history, db)) }
     if let bytes {
-      // Estimated from the newest 1,000 entries' average size: summing every
-      // payload on each purge would cost a scan of the whole history.
-      let average = try Double.fetchOne(db, sql: """
-        SELECT avg(length(payload)) FROM
-          (SELECT payload FROM \(StoreState.historyTable) ORDER BY seq DESC LIMIT 1000)
-        """) ?? 0
-      if average > 0 { raise(newest - Int64(Double(bytes) / average) + 1) }
+      let average = try history.averageBytes()
+      if average > 0 { raise(history.newest - Int64(Double(bytes) / average) + 1) }
     }
     return keepFrom
   }
 
+  /// The newest 1,000 entries' average payload size: summing every payload
+  /// on each purge would cost a scan of the whole history. (Sequences are
+  /// gapless, so the newest 1,000 are those above `newest - 1000`; a range
+  /// of the primary key, whose payload lengths SQLite reads without the
+  /// payloads.)
+  private static func averagePayloadBytes(newest: Int64, _ db: Database) throws -> Double {
+    try Double.fetchOne(
+      db, sql: "SELECT avg(length(payload)) FROM \(StoreState.historyTable) WHERE seq > ?",
+      arguments: [newest - 1000]) ?? 0
+  }
+
   /// The first sequence committed at or after `time`, by binary search over
   /// sequence numbers (commit times grow with them).
-  private static func firstSequence(committedAfter time: Int64, newest: Int64, _ db: Database) throws -> Int64 {
+  private static func firstSequence(committedAfter time: Int64, _ history: HistorySpan, _ db: Database) throws -> Int64 {
     let statement = try db.cachedStatement(sql: """
       SELECT seq, committed_at FROM \(StoreState.historyTable) WHERE seq >= ? ORDER BY seq LIMIT 1
       """)
-    var low = try oldestSequence(db) ?? newest
-    var high = newest
+    var low = history.oldest
+    var high = history.newest
+    // The common case: even the oldest entry is young enough.
+    if let row = try Row.fetchOne(statement, arguments: [low]), (row[1] as Int64) >= time { return row[0] }
     while low < high {
       let middle = low + (high - low) / 2
       guard let row = try Row.fetchOne(statement, arguments: [middle]) else { break }

@@ -245,22 +245,25 @@ public final class Store: Sendable {
   }
 
   private func transaction<T>(_ db: Database, _ body: (Database) throws -> T) throws -> (T, Int64?) {
-    guard !db.isInsideTransaction else { throw GroupSyncError.nestedWrite }
+    // SQLite's own answer: GRDB's `isInsideTransaction` checks its queue
+    // too, which costs more than the check on every write.
+    let connection = observer.capture.connection
+    guard sqlite3_get_autocommit(connection) != 0 else { throw GroupSyncError.nestedWrite }
     var output: (T, Int64?)?
     let start = ContinuousClock.now
     defer { if output?.1 != nil { metrics?.commitDuration.record(duration: ContinuousClock.now - start) } }
     try db.inTransaction(.immediate) {
       try observer.transactionWillBegin(db)
       let result = try body(db)
-      guard db.isInsideTransaction else { throw GroupSyncError.transactionEndedByClosure }
-      let changeSet = try observer.prepareChangeSet(db) { _ in try observer.statements.lastSequence() + 1 }
+      guard sqlite3_get_autocommit(connection) == 0 else { throw GroupSyncError.transactionEndedByClosure }
+      let changeSet = try observer.prepareChangeSet(db) { _ in try observer.nextSequence() }
       if let changeSet {
         let payload = ChangeSetEncoding.encode(changeSet)
         try observer.statements.appendHistory(changeSet, payload: payload, author: author)
         observer.preparedPayload = payload
         if changeSet.sequence % History.purgeInterval == 0 {
           try History.purge(
-            db, newest: changeSet.sequence, floor: durableFloor?(db), now: changeSet.committedAtNanoseconds)
+            db, newest: changeSet.sequence, floor: { self.durableFloor?(db) }, now: changeSet.committedAtNanoseconds)
         }
       }
       output = (result, changeSet?.sequence)
