@@ -154,6 +154,24 @@ public final class ChildProcess: @unchecked Sendable {
     return URL(fileURLWithPath: CommandLine.arguments[0]).path
   }
 
+  /// The project's own executable `name` (`groupsync`, `groupsync-relay`)
+  /// as tests start it: beside `$GROUPSYNC_BIN` when set (the sanitizer
+  /// builds name their `groupsync` so), else beside the running test
+  /// bundle, else in the package's `.build/debug`.
+  public static func projectExecutable(_ name: String) -> String {
+    if let bin = ProcessInfo.processInfo.environment["GROUPSYNC_BIN"] {
+      return URL(fileURLWithPath: bin).deletingLastPathComponent().appendingPathComponent(name).path
+    }
+    let candidates = [
+      URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent(name).path,
+      Bundle.main.bundleURL.appendingPathComponent(name).path,
+      // Sources/GroupSyncProcess/ChildProcess.swift -> the package.
+      URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent(".build/debug/" + name).path,
+    ]
+    return candidates.first { FileManager.default.isExecutableFile(atPath: $0) } ?? candidates.last!
+  }
+
   /// Reads `fd` until EOF on a thread of its own, handing each chunk and
   /// then nil (the end) to `append` under the lock; closes `fd`.
   private func drain(_ fd: Int32, _ append: @escaping @Sendable (ChildProcess, Data?) -> Void) {

@@ -43,12 +43,7 @@ struct CrashCampaignTests {
     return try queue.read { try StoreState.readSequence($0, path: directory) }
   }
 
-  /// The complete JSON lines a `watch --json` process printed so far.
-  static func printed(_ child: ChildProcess) throws -> [[String: Any]] {
-    let text = child.stdout
-    guard let end = text.lastIndex(of: "\n") else { return [] }
-    return try jsonLines(String(text[...end]))
-  }
+  static func printed(_ child: ChildProcess) throws -> [[String: Any]] { try ProcessHarness.printedLines(child) }
 
   static func sequences(_ objects: [[String: Any]]) -> [Int64] {
     objects.compactMap { ($0["seq"] as? NSNumber)?.int64Value }

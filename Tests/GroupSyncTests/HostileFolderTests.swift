@@ -269,7 +269,7 @@ struct HostileFolderTests {
     try await waitUntil("the next change set is delivered", timeout: .seconds(20)) {
       watch.stdout.contains("\"seq\":\(written[0].seq)")
     }
-    let lines = try jsonLines(String(watch.stdout.prefix(through: watch.stdout.lastIndex(of: "\n")!)))
+    let lines = try ProcessHarness.printedLines(watch)
     let resets = lines.filter { $0["reset"] != nil }
     #expect(resets.count == 1, "\(resets.count) resets: \(resets.prefix(3))")
     #expect(lines.last?["reset"] == nil)
@@ -303,7 +303,7 @@ struct HostileFolderTests {
     try await waitUntil("the last change set is delivered", timeout: .seconds(30)) {
       watch.stdout.contains("\"seq\":\(last[0].seq)")
     }
-    let lines = try jsonLines(String(watch.stdout.prefix(through: watch.stdout.lastIndex(of: "\n")!)))
+    let lines = try ProcessHarness.printedLines(watch)
     let resets = lines.filter { $0["reset"] != nil }
     #expect(resets.count == 1, "\(resets.count) resets: \(resets.prefix(3))")
     // After the one reset, every later commit arrives, once, in order.

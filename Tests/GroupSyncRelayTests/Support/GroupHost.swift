@@ -11,18 +11,8 @@ import Glibc
 /// bundle, else in the package's .build/debug ($GROUPSYNC_BIN names the
 /// `groupsync` to use, as in the core tests; `groupsync-relay` is beside).
 enum Executables {
-  static let groupsync: String = {
-    if let path = ProcessInfo.processInfo.environment["GROUPSYNC_BIN"] { return path }
-    let candidates = [
-      URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("groupsync").path,
-      Bundle.main.bundleURL.appendingPathComponent("groupsync").path,
-      URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(".build/debug/groupsync").path,
-    ]
-    return candidates.first { FileManager.default.isExecutableFile(atPath: $0) } ?? candidates.last!
-  }()
-  static let relay = URL(fileURLWithPath: groupsync).deletingLastPathComponent()
-    .appendingPathComponent("groupsync-relay").path
+  static let groupsync = ChildProcess.projectExecutable("groupsync")
+  static let relay = ChildProcess.projectExecutable("groupsync-relay")
 
   /// Runs `groupsync args...`, requiring success; returns stdout.
   @discardableResult

@@ -5,16 +5,7 @@ import GroupSyncProcess
 enum CLI {
   /// The built binary: $GROUPSYNC_BIN, else next to the test bundle, else
   /// in .build/debug of the package.
-  static let executable: String = {
-    if let path = ProcessInfo.processInfo.environment["GROUPSYNC_BIN"] { return path }
-    let candidates = [
-      URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("groupsync").path,
-      Bundle.main.bundleURL.appendingPathComponent("groupsync").path,
-      URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(".build/debug/groupsync").path,
-    ]
-    return candidates.first { FileManager.default.isExecutableFile(atPath: $0) } ?? candidates.last!
-  }()
+  static let executable = ChildProcess.projectExecutable("groupsync")
 
   typealias Result = ChildProcess.Result
 

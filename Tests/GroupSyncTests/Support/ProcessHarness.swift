@@ -30,6 +30,13 @@ enum ProcessHarness {
   }
 
   /// Starts `groupsync watch` and waits until it listens.
+  /// The complete JSON lines a `watch --json` process printed so far.
+  static func printedLines(_ child: ChildProcess) throws -> [[String: Any]] {
+    let text = child.stdout
+    guard let end = text.lastIndex(of: "\n") else { return [] }
+    return try jsonLines(String(text[...end]))
+  }
+
   static func startWatch(_ arguments: [String]) async throws -> ChildProcess {
     let child = try CLI.start(["watch"] + arguments)
     try await onThread { try child.waitForStderr(containing: "listening as", timeout: 30) }
