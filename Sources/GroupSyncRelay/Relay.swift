@@ -98,16 +98,17 @@ public final class Relay: @unchecked Sendable {
   ///   for the folder and its stores.
   public func start() throws {
     let configuration = self.configuration
+    var options = StoreOptions()
+    let author = "groupsync-relay@" + configuration.host
+    options.author = author
+    // The folder first: a path that is no group folder says so.
+    let group = try GroupFolder(path: configuration.folder, create: false, options: options)
     do {
       fileLock = try RelayStatusFile.lock(group: configuration.folder, host: configuration.host)
     } catch GroupSyncError.listenerNameInUse {
       throw RelayError.relayAlreadyRunning(
         host: configuration.host, group: configuration.group, where: "relays/\(configuration.host).lock is held")
     }
-    var options = StoreOptions()
-    let author = "groupsync-relay@" + configuration.host
-    options.author = author
-    let group = try GroupFolder(path: configuration.folder, create: false, options: options)
     self.group = group
     let emit: @Sendable (RelayEvent) -> Void = { [continuation, handler] event in
       continuation.yield(event)

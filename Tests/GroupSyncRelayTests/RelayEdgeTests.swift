@@ -107,6 +107,16 @@ extension RelayTests {
         }
         #expect(result.status != 0 && result.stderr.contains(message), "\(arguments): \(result.stderr)")
       }
+      // A folder that is no group folder is named as such, and left as it was.
+      let stranger = root.path + "/not-a-group"
+      try FileManager.default.createDirectory(atPath: stranger, withIntermediateDirectories: true)
+      let result = try await Executables.onThread {
+        try ChildProcess(
+          executable: Executables.groupsync, arguments: ["relay", stranger, "--postgres", server.conninfo, "--host", "a"]
+        ).finish(timeout: 30)
+      }
+      #expect(result.status != 0 && result.stderr.contains("is not a group folder"), "\(result.stderr)")
+      #expect(try FileManager.default.contentsOfDirectory(atPath: stranger).isEmpty)
     }
   }
 }
