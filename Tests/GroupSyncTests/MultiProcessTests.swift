@@ -142,6 +142,25 @@ struct MultiProcessTests {
     return events
   }
 
+  /// Listeners that come and go while a writer process commits: one that
+  /// closed (its folder gone) between the writer's look at its lock and
+  /// its delivery went away, and is no failure of the writer's.
+  @Test func listenersClosingWhileAWriterDeliversAreNoDeliveryFailure() async throws {
+    let folder = try TemporaryFolder()
+    let directory = try await ProcessHarness.initGroup(folder, schema: Self.schema)
+    let group = try GroupFolder(path: directory, create: false)
+    let writer = try CLI.start(["exec", directory, "--repeat", "400"] + Self.singleWriterTransaction)
+    var opened = 0
+    while writer.isRunning {
+      let listener = try group.listen()
+      opened += 1
+      listener.close()
+    }
+    let result = try await ProcessHarness.finish(writer)
+    #expect(result.status == 0, "after \(opened) listeners opened and closed: \(result.stderr.suffix(2000))")
+    #expect(!result.stderr.contains("not delivered"))
+  }
+
   @Test func inProcessListenerReceivesAWriterProcesssChangeSetsFromDisk() async throws {
     let folder = try TemporaryFolder()
     let directory = try await ProcessHarness.initGroup(folder, schema: Self.schema)

@@ -184,6 +184,11 @@ final class FanOut: Sendable {
       if target.inbox == nil {
         do {
           target.inbox = try folder.child(GroupLayout.inboxFolder, create: false)
+        } catch where !folder.isStill(name, in: listeners) {
+          // The listener closed meanwhile and took its folder away: gone,
+          // not a failure.
+          folders.targets[name] = nil
+          continue
         } catch {
           // The live listener will see its inbox is gone or wrong and
           // recreate it; this change set it reads from the history.

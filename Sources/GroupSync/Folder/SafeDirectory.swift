@@ -164,6 +164,17 @@ final class SafeDirectory: Sendable {
     return copy.withUnsafeBufferPointer { body($0.baseAddress!) }
   }
 
+  /// Removes the folder `name` so that it leaves its name in one step:
+  /// renamed to a hidden name first (no listener name starts with '.'),
+  /// then emptied and removed. Whoever looks up `name` meanwhile finds the
+  /// whole folder or nothing, never a folder half emptied.
+  @discardableResult
+  func removeAtOnce(_ name: String) -> Bool {
+    let hidden = ".removing-\(System.processID)-\(name)"
+    guard renameat(descriptor.rawValue, name, descriptor.rawValue, hidden) == 0 else { return remove(name) }
+    return remove(hidden)
+  }
+
   /// Removes every entry.
   func clear() throws {
     try forEachEntry { remove($0) }

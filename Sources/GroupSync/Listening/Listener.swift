@@ -108,8 +108,10 @@ public final class Listener: @unchecked Sendable {
     metrics = ListenerMetrics(listener: ephemeral ? GroupSyncMetrics.ephemeralListener : name, factory: options.metricsFactory)
     let listeners = try Self.ownedFolder(GroupLayout.listenersFolder, in: root, listener: name)
     let folder = try Self.ownedFolder(name, in: listeners, listener: name)
-    lock = try ListenerLock(in: folder, name: name)
+    // The inbox exists before the lock is held: a writer that sees the
+    // lock held always finds the inbox to deliver into.
     let inbox = try Self.ownedFolder(GroupLayout.inboxFolder, in: folder, listener: name)
+    lock = try ListenerLock(in: folder, name: name)
     folders = Folders(listeners: listeners, folder: folder, inbox: inbox)
     streams = []
     // Order matters: lock, then empty the inbox, then read the sequences.
@@ -244,7 +246,9 @@ public final class Listener: @unchecked Sendable {
     if let folders {
       try? folders.inbox.clear()
       if removeFolderOnClose && folders.folder.isStill(name, in: folders.listeners) {
-        folders.listeners.remove(name)
+        // Gone from its name at once: a writer that saw the lock held
+        // finds no folder, not one whose inbox is already removed.
+        folders.listeners.removeAtOnce(name)
       }
     }
     lock.release()  // writers stop delivering; the name is free again
@@ -551,9 +555,10 @@ public final class Listener: @unchecked Sendable {
     do {
       let listeners = try Self.ownedFolder(GroupLayout.listenersFolder, in: root, listener: name)
       let folder = try Self.ownedFolder(name, in: listeners, listener: name)
-      // Writers find the lock through the folder: a new folder needs it too.
-      let lock = folder.identity == folders.folder.identity ? nil : try ListenerLock(in: folder, name: name)
+      // Writers find the lock through the folder: a new folder needs it
+      // too, taken once its inbox exists.
       let inbox = try Self.ownedFolder(GroupLayout.inboxFolder, in: folder, listener: name)
+      let lock = folder.identity == folders.folder.identity ? nil : try ListenerLock(in: folder, name: name)
       let watch = try watchInbox(inbox)
       // Under the same mutex as close(): a listener closed meanwhile must
       // not keep a watch or a lock it would never release.
