@@ -17,6 +17,10 @@
 // removals and the other inboxes' links never wake its consumer. A folder
 // that was itself removed (no links left) is reported as a rescan.
 //
+// A wake-up (gs_watcher_wake) does not wait: its watch id joins a list
+// under the mutex, which the loop thread takes whole, with the commands,
+// and calls each watch still registered once with GS_EVENT_WAKE.
+//
 // Lifetime: a watch is freed in the close callback of its last handle, the
 // watcher after its thread was joined and the loop closed.
 
@@ -90,6 +94,9 @@ struct gs_watcher_s {
   gs__cmd_t *queue_head;
   gs__cmd_t *queue_tail;
   size_t count;  // registered watches
+  uint64_t *wakes;  // watch ids to call with GS_EVENT_WAKE, no repeats
+  size_t wake_count;
+  size_t wake_capacity;
   int users;     // threads inside add/remove waiting on `cond`
   int closing;   // gs_watcher_close started; no more commands
 };
@@ -323,13 +330,31 @@ static void gs__do_stop(gs_watcher_t *w) {
   uv_close((uv_handle_t *)&w->async, NULL);
 }
 
+// Calls each watch of `ids` that is still registered with GS_EVENT_WAKE.
+static void gs__deliver_wakes(gs_watcher_t *w, const uint64_t *ids,
+                              size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    gs__watch_t *watch = w->watches;
+    while (watch != NULL && watch->id != ids[i])
+      watch = watch->next;
+    if (watch != NULL && !watch->removed)
+      w->callback(w->context, watch->id, NULL, GS_EVENT_WAKE, 0);
+  }
+}
+
 static void gs__on_async(uv_async_t *async) {
   gs_watcher_t *w = async->data;
-  // uv_async_send coalesces wake-ups: take every queued command at once.
+  // uv_async_send coalesces wake-ups: take every queued command and
+  // every wake-up at once.
   gs__lock(w);
   gs__cmd_t *cmd = w->queue_head;
   w->queue_head = NULL;
   w->queue_tail = NULL;
+  uint64_t *wakes = w->wakes;
+  size_t wake_count = w->wake_count;
+  w->wakes = NULL;
+  w->wake_count = 0;
+  w->wake_capacity = 0;
   int closing = w->closing;
   gs__unlock(w);
 
@@ -355,6 +380,10 @@ static void gs__on_async(uv_async_t *async) {
     }
     cmd = next;
   }
+  // After the commands: a watch removed meanwhile is told nothing.
+  if (!closing)
+    gs__deliver_wakes(w, wakes, wake_count);
+  free(wakes);
 
   // Every command queued before close started was in this batch, and none
   // can be queued after it, so stopping now strands nobody.
@@ -500,6 +529,38 @@ int gs_watcher_add(gs_watcher_t *watcher, const char *path,
   return rc;
 }
 
+int gs_watcher_wake(gs_watcher_t *watcher, uint64_t watch_id) {
+  if (watcher == NULL)
+    return GS_EINVAL;
+  gs__lock(watcher);
+  if (watcher->closing) {
+    gs__unlock(watcher);
+    return GS_ECLOSED;
+  }
+  for (size_t i = 0; i < watcher->wake_count; i++) {
+    if (watcher->wakes[i] == watch_id) {
+      gs__unlock(watcher);  // already due
+      return GS_OK;
+    }
+  }
+  if (watcher->wake_count == watcher->wake_capacity) {
+    size_t capacity = watcher->wake_capacity ? watcher->wake_capacity * 2 : 4;
+    uint64_t *grown = realloc(watcher->wakes, capacity * sizeof(*grown));
+    if (grown == NULL) {
+      gs__unlock(watcher);
+      return GS_ENOMEM;
+    }
+    watcher->wakes = grown;
+    watcher->wake_capacity = capacity;
+  }
+  // Sent under the mutex, like every send: see gs__submit.
+  int rc = uv_async_send(&watcher->async);
+  if (rc == 0)
+    watcher->wakes[watcher->wake_count++] = watch_id;
+  gs__unlock(watcher);
+  return rc == 0 ? GS_OK : GS_EUV;
+}
+
 int gs_watcher_remove(gs_watcher_t *watcher, uint64_t watch_id) {
   if (watcher == NULL)
     return GS_EINVAL;
@@ -547,6 +608,7 @@ void gs_watcher_close(gs_watcher_t *watcher) {
   (void)rc;
   gs__check(pthread_cond_destroy(&watcher->cond), "pthread_cond_destroy");
   gs__check(pthread_mutex_destroy(&watcher->mutex), "pthread_mutex_destroy");
+  free(watcher->wakes);
   free(watcher);
 }
 

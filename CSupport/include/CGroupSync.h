@@ -260,6 +260,9 @@ enum {
   /// The rescan timer fired but the folder has not changed since the last
   /// GS_EVENT_RESCAN: nothing to list, a moment for other periodic checks.
   GS_EVENT_TICK = 16,
+  /// gs_watcher_wake asked for a call; nothing happened in the folder and
+  /// `filename` is NULL.
+  GS_EVENT_WAKE = 32,
 };
 
 /// Called on the watcher's thread for every event of a watch. `filename` is
@@ -280,6 +283,14 @@ int gs_watcher_create(gs_watch_cb callback, void *_Nullable context,
 int gs_watcher_add(gs_watcher_t *watcher, const char *path,
                    uint64_t rescan_ms, unsigned flags, uint64_t *watch_id,
                    int *uv_error);
+
+/// Asks the loop thread to call the watch's callback once with
+/// GS_EVENT_WAKE, and returns at once: how another thread hands work to a
+/// consumer that runs on the loop thread. Wake-ups not yet delivered
+/// coalesce; none is delivered after the watch was removed. Callable from
+/// any thread, the callback too. GS_ECLOSED once close started, GS_ENOMEM
+/// if memory ran out, GS_EUV if libuv could not wake the loop.
+int gs_watcher_wake(gs_watcher_t *watcher, uint64_t watch_id);
 
 /// Stops a watch. Callable from any thread, including from the callback;
 /// from any other thread it waits until no callback of the watch can run.

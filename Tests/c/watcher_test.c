@@ -107,7 +107,9 @@ typedef struct ctx_s {
   // a callback is a bug).
   atomic_ulong calls[MAX_IDS];
   atomic_ulong rescans[MAX_IDS];  // GS_EVENT_RESCAN only, not ticks
+  atomic_ulong wakes[MAX_IDS];    // GS_EVENT_WAKE
   atomic_int removed[MAX_IDS];
+  atomic_int wake_from_cb;  // each wake-up asks for one more, this many times
 
   // block_on_close state, under mu.
   int entered;
@@ -158,8 +160,10 @@ static void on_event(void *context, uint64_t id, const char *filename,
   unsigned long prior = atomic_fetch_add(&c->calls[id], 1);
 
   if (events & GS_EVENT_RESCAN) atomic_fetch_add(&c->rescans[id], 1);
-  if (events & (GS_EVENT_RESCAN | GS_EVENT_TICK)) {
-    CHECK(events == GS_EVENT_RESCAN || events == GS_EVENT_TICK,
+  if (events & GS_EVENT_WAKE) atomic_fetch_add(&c->wakes[id], 1);
+  if (events & (GS_EVENT_RESCAN | GS_EVENT_TICK | GS_EVENT_WAKE)) {
+    CHECK(events == GS_EVENT_RESCAN || events == GS_EVENT_TICK ||
+              events == GS_EVENT_WAKE,
           "rescan with events %d", events);
     CHECK(filename == NULL, "rescan with filename %s", filename);
     CHECK(status == 0, "rescan with status %d", status);
@@ -204,6 +208,10 @@ static void on_event(void *context, uint64_t id, const char *filename,
   }
   if (c->block_on_close && prior == 0)
     close_dance(c, id);
+  if ((events & GS_EVENT_WAKE) && atomic_fetch_sub(&c->wake_from_cb, 1) > 0) {
+    int rc = gs_watcher_wake(c->w, id);
+    CHECK(rc == GS_OK, "wake from callback: %d", rc);
+  }
 }
 
 // Waits for a record of watch `id` (0: any) named `name` (NULL: a rescan)
@@ -657,6 +665,88 @@ static void test_remove_other_thread(void) {
   ctx_free(c);
 }
 
+// Wakes another thread asks for: delivered on the loop thread, coalesced
+// while pending, asked for again from the callback, none for another
+// watch, none after remove returned, none once close started.
+typedef struct {
+  gs_watcher_t *w;
+  uint64_t id;
+  atomic_int *stop;
+  int failures;
+} waker_t;
+
+static void *waker_main(void *arg) {
+  waker_t *k = arg;
+  while (!atomic_load(k->stop)) {
+    int rc = gs_watcher_wake(k->w, k->id);
+    if (rc != GS_OK)
+      k->failures++;
+  }
+  return NULL;
+}
+
+static void test_wake(void) {
+  char dir[256];
+  make_dir(dir, sizeof(dir), "wake");
+  ctx_t *c = ctx_new();
+  gs_watcher_t *w = watcher_new(c);
+  CHECK(gs_watcher_wake(NULL, 1) == GS_EINVAL, "wake without watcher");
+
+  uint64_t id = 0, other = 0;
+  int err = 0;
+  CHECK(gs_watcher_add(w, dir, 0, 0, &id, &err) == GS_OK, "add watch");
+  CHECK(gs_watcher_add(w, dir, 0, 0, &other, &err) == GS_OK, "add other");
+  CHECK(gs_watcher_wake(w, id) == GS_OK, "wake");
+  CHECK(wait_rec(c, id, NULL, GS_EVENT_WAKE), "no wake delivered");
+  CHECK(atomic_load(&c->wakes[other]) == 0, "the other watch was woken");
+
+  // A burst coalesces while pending: at least one call, at most one each.
+  unsigned long before = atomic_load(&c->wakes[id]);
+  for (int i = 0; i < 1000; i++)
+    CHECK(gs_watcher_wake(w, id) == GS_OK, "wake in a burst");
+  int64_t burst_deadline = now_ms() + TIMEOUT_MS;
+  while (atomic_load(&c->wakes[id]) == before && now_ms() < burst_deadline)
+    sleep_ms(1);
+  sleep_ms(20);  // let any pending one land
+  unsigned long burst = atomic_load(&c->wakes[id]) - before;
+  CHECK(burst >= 1 && burst <= 1000, "burst gave %lu wakes", burst);
+
+  // From the callback: the next one comes on a later turn of the loop.
+  before = atomic_load(&c->wakes[id]);
+  atomic_store(&c->wake_from_cb, 5);
+  CHECK(gs_watcher_wake(w, id) == GS_OK, "wake before chain");
+  int64_t deadline = now_ms() + TIMEOUT_MS;
+  while (atomic_load(&c->wakes[id]) < before + 6 && now_ms() < deadline)
+    sleep_ms(1);
+  CHECK(atomic_load(&c->wakes[id]) >= before + 6,
+        "chained wakes: %lu of 6", atomic_load(&c->wakes[id]) - before);
+
+  // Wakers racing the removal: nothing after remove returned (on_event
+  // checks), and waking a removed watch is harmless.
+  atomic_int stop = 0;
+  waker_t k1 = {w, id, &stop, 0}, k2 = {w, id, &stop, 0};
+  pthread_t t1, t2;
+  MUST(pthread_create(&t1, NULL, waker_main, &k1) == 0);
+  MUST(pthread_create(&t2, NULL, waker_main, &k2) == 0);
+  sleep_ms(20);
+  CHECK(gs_watcher_remove(w, id) == GS_OK, "remove while woken");
+  atomic_store(&c->removed[id], 1);
+  sleep_ms(20);
+  atomic_store(&stop, 1);
+  MUST(pthread_join(t1, NULL) == 0);
+  MUST(pthread_join(t2, NULL) == 0);
+  CHECK(k1.failures == 0 && k2.failures == 0, "wake failed: %d, %d",
+        k1.failures, k2.failures);
+  CHECK(gs_watcher_wake(w, id) == GS_OK, "wake of a removed watch");
+  sleep_ms(20);
+
+  // Wakes still pending at close are dropped and freed (ASan: no leak).
+  for (int i = 0; i < 8; i++)
+    CHECK(gs_watcher_wake(w, other) == GS_OK, "wake before close");
+  gs_watcher_close(w);
+  ctx_free(c);
+}
+
 static void test_remove_in_callback(void) {
   char dir[256], dir2[256];
   make_dir(dir, sizeof(dir), "remove-callback");
@@ -995,6 +1085,7 @@ int main(void) {
       {"missing", test_missing},
       {"remove_other_thread", test_remove_other_thread},
       {"remove_in_callback", test_remove_in_callback},
+      {"wake", test_wake},
       {"concurrent", test_concurrent},
       {"close_busy", test_close_busy},
       {"close_from_other_thread", test_close_from_other_thread},

@@ -1,4 +1,5 @@
 import CGroupSync
+import Logging
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -17,6 +18,8 @@ final class FolderWatcher: @unchecked Sendable {
     case rescan
     /// The rescan timer fired on a folder that has not changed.
     case tick
+    /// ``Watch/wake()`` asked for a call on the watcher thread.
+    case wake
     case failed(Int32)
   }
 
@@ -57,6 +60,13 @@ final class FolderWatcher: @unchecked Sendable {
     return Watch(watcher: self, id: watchID)
   }
 
+  fileprivate func wake(_ id: UInt64) {
+    let code = gs_watcher_wake(handle!, id)
+    // Only memory or libuv itself failing stops a wake-up; the rescan
+    // timer still calls the watch.
+    if code != GS_OK { Logger.groupSync.error("cannot wake watch \(id): \(String(cString: gs_strerror(code)))") }
+  }
+
   fileprivate func stop(_ id: UInt64) {
     gs_watcher_remove(handle!, id)
     handlers.withLock { $0[id] = nil }
@@ -68,6 +78,8 @@ final class FolderWatcher: @unchecked Sendable {
       handler(.failed(status))
     } else if events & Int32(GS_EVENT_TICK) != 0 {
       handler(.tick)
+    } else if events & Int32(GS_EVENT_WAKE) != 0 {
+      handler(.wake)
     } else if let name {
       let bytes = UnsafeRawPointer(name).assumingMemoryBound(to: UInt8.self)
       handler(.entry(UnsafeBufferPointer(start: bytes, count: strlen(name))))
@@ -85,6 +97,12 @@ final class FolderWatcher: @unchecked Sendable {
     fileprivate init(watcher: FolderWatcher, id: UInt64) {
       self.watcher = watcher
       self.id = id
+    }
+
+    /// Has the handler called once with ``Event/wake`` on the watcher
+    /// thread, soon; returns at once. Wake-ups not yet delivered coalesce.
+    func wake() {
+      if !stopped.load(ordering: .acquiring) { watcher.wake(id) }
     }
 
     func cancel() {

@@ -66,6 +66,9 @@ public final class Listener: @unchecked Sendable {
     var signaled = false
     var closed = false
     var watch: FolderWatcher.Watch?
+    /// The handler of ``Listener/startOnWatcherThread(_:)``: the consumer
+    /// runs on the watcher thread, and signals from elsewhere wake it.
+    var direct: (@Sendable (ListenerEvent) -> Void)?
   }
   private let shared = Locked(Shared())
   private static let maximumHints = 4096
@@ -218,6 +221,37 @@ public final class Listener: @unchecked Sendable {
     }
   }
 
+  /// Delivers every event to `handler` on the process's watcher thread,
+  /// the moment it is read: one wake-up per change set, the fastest way to
+  /// receive them. For example:
+  ///
+  /// ```swift
+  /// let listener = try group.listen(as: "indexer")
+  /// listener.startOnWatcherThread { event in
+  ///   if case .changes(let changeSet) = event { index.enqueue(changeSet) }
+  /// }
+  /// ```
+  ///
+  /// The watcher thread reads, decodes and removes each inbox file and
+  /// calls `handler` right there, instead of waking a task to do it (what
+  /// ``events`` and ``start(_:)`` do: a second thread woken per change
+  /// set). Events come in the same order, exactly once, with the same
+  /// automatic acknowledgement (when `handler` returns). The thread is
+  /// shared by every listener of the process: keep `handler` short and
+  /// never wait in it for another listener's events; hand longer work to
+  /// a queue or task of your own. Call it once, instead of iterating
+  /// ``events``; ``close()`` stops it, also from inside `handler`.
+  public func startOnWatcherThread(_ handler: @escaping @Sendable (ListenerEvent) -> Void) {
+    precondition(!consuming.exchange(true, ordering: .acquiring), Self.consumedTwice)
+    // The first look (what is waiting already) happens on the watcher
+    // thread too: the consumer's state is never touched from two threads.
+    let watch = shared.withLock { shared -> FolderWatcher.Watch? in
+      shared.direct = handler
+      return shared.watch
+    }
+    watch?.wake()
+  }
+
   /// Stops listening: releases the lock, empties the inbox, and wakes the
   /// consumer, whose iteration ends. Safe to call from any thread, any
   /// number of times.
@@ -229,6 +263,7 @@ public final class Listener: @unchecked Sendable {
       defer {
         shared.waiter = nil
         shared.watch = nil
+        shared.direct = nil  // the handler may hold the listener
       }
       return (shared.waiter, shared.watch, true)
     }
@@ -277,7 +312,7 @@ public final class Listener: @unchecked Sendable {
       {
         return
       }
-      signal { shared in
+      signal(onWatcherThread: true) { shared in
         // Hints pile up only while nobody consumes; past a bound a rescan
         // tells the same.
         if let parsed, shared.hintedSequences.count < Self.maximumHints {
@@ -287,12 +322,14 @@ public final class Listener: @unchecked Sendable {
         }
       }
     case .rescan:
-      signal { $0.rescanRequested = true }
+      signal(onWatcherThread: true) { $0.rescanRequested = true }
     case .tick:
-      signal { $0.storeCheckRequested = true }
+      signal(onWatcherThread: true) { $0.storeCheckRequested = true }
+    case .wake:
+      signal(onWatcherThread: true)
     case .failed(let status):
       Logger.groupSync.error("watching inbox of '\(name)' failed: uv error \(status)")
-      signal { $0.rescanRequested = true }
+      signal(onWatcherThread: true) { $0.rescanRequested = true }
     }
   }
 
@@ -314,17 +351,32 @@ public final class Listener: @unchecked Sendable {
     }
   }
 
-  private func signal(_ update: (inout Shared) -> Void = { _ in }) {
-    let waiter: UnsafeContinuation<Void, Never>? = shared.withLock {
+  /// Hands `update` to the consumer and wakes it: resumes the waiting
+  /// task, or, for a consumer on the watcher thread, runs it (from the
+  /// watcher thread itself) or wakes that thread (from anywhere else).
+  private func signal(onWatcherThread: Bool = false, _ update: (inout Shared) -> Void = { _ in }) {
+    enum Wake {
+      case none
+      case resume(UnsafeContinuation<Void, Never>)
+      case watcherThread(FolderWatcher.Watch?)
+      case drainHere
+    }
+    let wake: Wake = shared.withLock {
       update(&$0)
+      if $0.direct != nil { return onWatcherThread ? .drainHere : .watcherThread($0.watch) }
       guard let waiter = $0.waiter else {
         $0.signaled = true
-        return nil
+        return .none
       }
       $0.waiter = nil
-      return waiter
+      return .resume(waiter)
     }
-    waiter?.resume()
+    switch wake {
+    case .none: break
+    case .resume(let waiter): waiter.resume()
+    case .watcherThread(let watch): watch?.wake()
+    case .drainHere: drainOnWatcherThread()
+    }
   }
 
   private func waitForSignal() async {
@@ -411,45 +463,73 @@ public final class Listener: @unchecked Sendable {
 
   /// The next event, or nil once closed or cancelled.
   func nextEvent() async -> ListenerEvent? {
-    precondition(!consuming.exchange(true, ordering: .acquiring), "a Listener's events are consumed from two tasks at once")
+    precondition(!consuming.exchange(true, ordering: .acquiring), Self.consumedTwice)
     defer { consuming.store(false, ordering: .releasing) }
-    while true {
-      if Task.isCancelled { return nil }
-      let handOver = takeHandOver()
-      defer { recycle(handOver) }
-      if handOver.closed { return nil }
-      for stream in streams { stream.acknowledgeAutomatically() }
+    while !Task.isCancelled {
+      switch takeReadyEvent() {
+      case .event(let event): return event
+      case .closed: return nil
+      case .waiting: await waitForSignal()
+      }
+    }
+    return nil
+  }
+
+  private static let consumedTwice =
+    "a Listener's events are consumed from two places at once (two tasks, or events and startOnWatcherThread)"
+
+  /// What the consumer does next.
+  private enum Step {
+    case event(ListenerEvent)
+    case closed
+    /// Nothing is ready: wait for the next signal.
+    case waiting
+  }
+
+  /// The next event if one is ready; runs on the one consumer (the
+  /// iterating task, or the watcher thread for ``startOnWatcherThread(_:)``).
+  private func takeReadyEvent() -> Step {
+    let handOver = takeHandOver()
+    defer { recycle(handOver) }
+    if handOver.closed { return .closed }
+    for stream in streams { stream.acknowledgeAutomatically() }
+    for stream in streams {
+      if let expired = stream.takeExpiry() { return .event(delivered(.reset(expired), by: stream)) }
+    }
+    for stream in streams {
+      if let event = stream.replay(inbox: folders.inbox) { return .event(delivered(event, by: stream)) }
+    }
+    if handOver.overflowed {
+      return .event(.reset(resetAll("this process committed faster than the listener consumed (in-process backlog over its bounds)")))
+    }
+    for hint in handOver.hints { self.stream(named: hint.store)?.track(hint.sequence) }
+    if handOver.rescan, let reset = checkFolders() { return .event(.reset(reset)) }
+    if handOver.rescan || handOver.storeCheck { discoverStores() }
+    // A window ran dry while more waits beyond it: list the inbox again.
+    if handOver.rescan || streams.contains(where: \.needsRefill), let reset = scanInbox() { return .event(.reset(reset)) }
+    if handOver.rescan || handOver.storeCheck {
       for stream in streams {
-        if let expired = stream.takeExpiry() { return delivered(.reset(expired), by: stream) }
-      }
-      for stream in streams {
-        if let event = stream.replay(inbox: folders.inbox) { return delivered(event, by: stream) }
-      }
-      if handOver.overflowed {
-        return .reset(resetAll("this process committed faster than the listener consumed (in-process backlog over its bounds)"))
-      }
-      for hint in handOver.hints { self.stream(named: hint.store)?.track(hint.sequence) }
-      if handOver.rescan, let reset = checkFolders() { return .reset(reset) }
-      if handOver.rescan || handOver.storeCheck { discoverStores() }
-      // A window ran dry while more waits beyond it: list the inbox again.
-      if handOver.rescan || streams.contains(where: \.needsRefill), let reset = scanInbox() { return .reset(reset) }
-      if handOver.rescan || handOver.storeCheck {
-        for stream in streams {
-          if let reason = stream.checkStore(folder: folders.folder) {
-            return delivered(.reset(stream.reset(reason, inbox: folders.inbox)), by: stream)
-          }
+        if let reason = stream.checkStore(folder: folders.folder) {
+          return .event(delivered(.reset(stream.reset(reason, inbox: folders.inbox)), by: stream))
         }
       }
-      if handOver.rescan { metrics.sample(streams, inProcess: shared.withLock { $0.inProcess.mapValues(\.count) }) }
-      if let event = nextReady() { return event }
-      for stream in streams {
-        let event = stream.checkGap(
-          inbox: folders.inbox, laterInProcess: hasLaterInProcess(for: stream), wake: wakeAfterGrace)
-        if case .changes = event { metrics.gapRepaired(stream) }
-        if let event { return delivered(event, by: stream) }
-      }
-      await waitForSignal()
     }
+    if handOver.rescan { metrics.sample(streams, inProcess: shared.withLock { $0.inProcess.mapValues(\.count) }) }
+    if let event = nextReady() { return .event(event) }
+    for stream in streams {
+      let event = stream.checkGap(
+        inbox: folders.inbox, laterInProcess: hasLaterInProcess(for: stream), wake: wakeAfterGrace)
+      if case .changes = event { metrics.gapRepaired(stream) }
+      if let event { return .event(delivered(event, by: stream)) }
+    }
+    return .waiting
+  }
+
+  /// Delivers every ready event to the direct handler, on the watcher
+  /// thread, until none is ready.
+  private func drainOnWatcherThread() {
+    guard let handler = shared.withLock({ $0.direct }) else { return }
+    while case .event(let event) = takeReadyEvent() { handler(event) }
   }
 
   /// The next change set some store has ready (from this process, or in

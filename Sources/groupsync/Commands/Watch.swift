@@ -36,25 +36,37 @@ struct Watch: AsyncParsableCommand {
       var options = ListenerOptions()
       options.gracePeriod = .milliseconds(graceMs)
       let listener = try group.listen(as: name, durable: durable, options: options)
-      let stopper = SignalStopper { listener.close() }
-      defer { withExtendedLifetime(stopper) {} }
       FileHandle.standardError.write(
         Data("groupsync: listening as \(listener.name) from sequence \(listener.startSequence)\n".utf8))
-      var delivered = 0
-      for await event in listener.events {
-        switch event {
-        case .changes(let changeSet):
-          let now = Int64(Date().timeIntervalSince1970 * 1e9)
-          let storeName = (try? group.store(withID: changeSet.storeID).name) ?? "?"
-          printLine(
-            json ? ChangeSetJSON.line(changeSet, storeName: storeName, deliveredAtNs: now)
-              : Self.text(changeSet, storeName: storeName))
-          delivered += 1
-        case .reset(let reset):
-          printLine(json ? ChangeSetJSON.line(reset, mainStore: group.store.storeID) : "reset: \(reset)")
-        }
-        if let count, delivered >= count { break }
+      // Printed on the watcher thread as each change set is read: one
+      // wake-up per change set. The command ends when the listener closes.
+      let finished = Finished()
+      let stopper = SignalStopper {
+        listener.close()
+        finished.fire()
       }
+      defer { withExtendedLifetime(stopper) {} }
+      let count = count
+      nonisolated(unsafe) var delivered = 0  // the watcher thread's alone
+      await finished.wait(after: {
+        listener.startOnWatcherThread { [json] event in
+          switch event {
+          case .changes(let changeSet):
+            let now = Int64(Date().timeIntervalSince1970 * 1e9)
+            let storeName = (try? group.store(withID: changeSet.storeID).name) ?? "?"
+            printLine(
+              json ? ChangeSetJSON.line(changeSet, storeName: storeName, deliveredAtNs: now)
+                : Self.text(changeSet, storeName: storeName))
+            delivered += 1
+          case .reset(let reset):
+            printLine(json ? ChangeSetJSON.line(reset, mainStore: group.store.storeID) : "reset: \(reset)")
+          }
+          if let count, delivered >= count {
+            listener.close()
+            finished.fire()
+          }
+        }
+      })
       listener.close()
     }
   }
@@ -76,6 +88,35 @@ struct Watch: AsyncParsableCommand {
       lines.append("  notification \(notification.name): \(payload)")
     }
     return lines.joined(separator: "\n")
+  }
+}
+
+/// Resumes a waiting task once, whoever fires first (a signal, the
+/// handler on the watcher thread).
+final class Finished: @unchecked Sendable {
+  private let lock = NSLock()  // pthread: visible to ThreadSanitizer
+  private var fired = false
+  private var waiter: CheckedContinuation<Void, Never>?
+
+  /// Runs `start`, then waits until ``fire()`` was called (before or after).
+  func wait(after start: () -> Void) async {
+    await withCheckedContinuation { continuation in
+      let firedAlready = lock.withLock {
+        if !fired { waiter = continuation }
+        return fired
+      }
+      if firedAlready { continuation.resume() }
+      start()
+    }
+  }
+
+  func fire() {
+    let waiter: CheckedContinuation<Void, Never>? = lock.withLock {
+      defer { self.waiter = nil }
+      fired = true
+      return self.waiter
+    }
+    waiter?.resume()
   }
 }
 
