@@ -36,16 +36,17 @@ struct Watch: AsyncParsableCommand {
       var options = ListenerOptions()
       options.gracePeriod = .milliseconds(graceMs)
       let listener = try group.listen(as: name, durable: durable, options: options)
-      FileHandle.standardError.write(
-        Data("groupsync: listening as \(listener.name) from sequence \(listener.startSequence)\n".utf8))
       // Printed on the watcher thread as each change set is read: one
       // wake-up per change set. The command ends when the listener closes.
       let finished = Finished()
+      // Before 'listening as': a signal sent as soon as it is seen stops us.
       let stopper = SignalStopper {
         listener.close()
         finished.fire()
       }
       defer { withExtendedLifetime(stopper) {} }
+      FileHandle.standardError.write(
+        Data("groupsync: listening as \(listener.name) from sequence \(listener.startSequence)\n".utf8))
       let count = count
       nonisolated(unsafe) var delivered = 0  // the watcher thread's alone
       await finished.wait(after: {
