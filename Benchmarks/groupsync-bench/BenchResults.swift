@@ -62,6 +62,9 @@ struct BenchSettings: Codable {
   /// Reads in the writing process: listener processes, and reads per reader.
   var readLatencyListeners: Int
   var readLatencyReads: Int
+  /// How listener processes receive: `watcher-thread`
+  /// (Listener.startOnWatcherThread) or `events` (the AsyncSequence).
+  var listenerForm: String = "watcher-thread"
 
   static let full = BenchSettings(
     listenerCounts: [1, 4, 16, 64], busyCommits: 2000, sparseCommits: 1000, sparseIntervalMs: 10,

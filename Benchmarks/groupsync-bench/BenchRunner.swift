@@ -20,6 +20,8 @@ final class BenchRunner {
     var phases: Set<String>? = nil
     /// Overrides the settings' listener counts.
     var listenerCounts: [Int]? = nil
+    /// Overrides the settings' listener form (`watcher-thread`, `events`).
+    var listenerForm: String? = nil
     /// The PostgreSQL LISTEN/NOTIFY peer: Benchmarks/pgnotify.c and a
     /// libpq connection string (see Benchmarks/postgres.sh).
     var pgnotify: String? = nil
@@ -42,6 +44,7 @@ final class BenchRunner {
     var settings = options.quick ? BenchSettings.quick : BenchSettings.full
     settings.callgrind = settings.callgrind && options.callgrind
     if let counts = options.listenerCounts { settings.listenerCounts = counts }
+    if let form = options.listenerForm { settings.listenerForm = form }
     self.settings = settings
     try FileManager.default.createDirectory(atPath: options.workFolder, withIntermediateDirectories: true)
     progress = try BenchProgress(path: options.workFolder + "/progress", create: true)
@@ -753,7 +756,7 @@ final class BenchRunner {
         try ChildProcess(
           executable: executable,
           arguments: ["listener", folder, "--progress", options.workFolder + "/progress", "--slot",
-                      String(slotBase + index)] + extra + extraFor(index),
+                      String(slotBase + index), "--form", settings.listenerForm] + extra + extraFor(index),
           name: "listener \(index + 1) of \(count)"))
     }
     for child in children {

@@ -16,7 +16,7 @@ enum BenchTable {
     line("Figures are p50 / p99 / max in microseconds over n samples; ratios are to a baseline measured in this run.")
 
     line()
-    line("1-2. Delivery latency: writer's COMMIT returned -> change set out of listener.events, at the last of N")
+    line("1-2. Delivery latency: writer's COMMIT returned -> change set handed to the consumer (\(r.settings.listenerForm == "events" ? "listener.events" : "Listener.startOnWatcherThread")), at the last of N")
     line("     listener processes; floor = Benchmarks/floor.c (200-byte file linked / renamed into N inotify-watched folders).")
     line("     busy = bursts of back-to-back commits (includes queueing); sparse = one commit every \(r.settings.sparseIntervalMs) ms.")
     line("     GroupSync and floor link alternate in \(r.settings.rounds) blocks per stream (* = floor ran before the listeners")

@@ -49,7 +49,6 @@ public final class Relay: @unchecked Sendable {
   private var needsRecovery = true
   private let wake: WakePipe
   private var doorbell: Listener?
-  private var doorbellTask: Task<Void, Never>?
   private var fileLock: RelayLock?
   private var lastStatusWrite = ContinuousClock.now - .seconds(10)
   private var shipmentsLeftBeforeKill: Int?
@@ -120,12 +119,12 @@ public final class Relay: @unchecked Sendable {
         store: store, storeName: name, group: configuration.group, host: configuration.host,
         policy: configuration.policy, author: author, retention: configuration.retention, emit: emit)
     }
-    // Local commits ring the doorbell; the change sets themselves are
-    // read from the history.
+    // Local commits ring the doorbell, straight from the watcher thread
+    // that saw them; the change sets themselves are read from the history.
     let listener = try group.listen()
     doorbell = listener
     let wake = self.wake
-    doorbellTask = listener.start { _ in wake.ring() }
+    listener.startOnWatcherThread { _ in wake.ring() }
     refreshStatus(force: true)
     let thread = Thread { [self] in run() }
     thread.name = "groupsync-relay"
@@ -315,7 +314,6 @@ public final class Relay: @unchecked Sendable {
 
   private func shutDown() {
     doorbell?.close()
-    doorbellTask?.cancel()
     connection = nil
     setConnected(false)
     refreshStatus(force: true)

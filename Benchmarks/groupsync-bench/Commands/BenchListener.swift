@@ -2,9 +2,10 @@ import ArgumentParser
 import Foundation
 import GroupSync
 
-/// A listener process of the benchmark: consumes `listener.events` (the
-/// public AsyncSequence) and stamps CLOCK_REALTIME the moment `next()`
-/// returned each change set.
+/// A listener process of the benchmark: receives through
+/// `Listener.startOnWatcherThread` (or, with `--form events`, the public
+/// AsyncSequence) and stamps CLOCK_REALTIME the moment the handler is
+/// called (`next()` returned) with each change set.
 ///
 /// Protocol: prints `{"ready":true,...}` once listening; then reads
 /// commands on stdin: `collect SEQ` waits until SEQ was delivered (or a
@@ -29,6 +30,14 @@ struct BenchListener: AsyncParsableCommand {
 
   @Option(name: .long, help: "ListenerOptions.rescanInterval in milliseconds (default: the library's).")
   var rescanMs: Int?
+
+  enum Form: String, ExpressibleByArgument {
+    case watcherThread = "watcher-thread"
+    case events
+  }
+
+  @Option(name: .long, help: "watcher-thread (Listener.startOnWatcherThread) or events (the AsyncSequence).")
+  var form: Form = .watcherThread
 
   func run() async throws {
     let group = try GroupFolder(path: directory, create: false)
@@ -56,7 +65,8 @@ struct BenchListener: AsyncParsableCommand {
     }
     benchEmit(BenchReady(ready: true, pid: getpid(), startSequence: listener.startSequence))
 
-    for await event in listener.events {
+    let slot = slot
+    let receive: @Sendable (ListenerEvent) -> Void = { event in
       let deliveredAt = BenchClock.realtime()
       switch event {
       case .changes(let changeSet):
@@ -68,6 +78,14 @@ struct BenchListener: AsyncParsableCommand {
         recorder.recordReset(sequence: reset.sequence, reason: reset.reason)
         progressSlots.store(slot, reset.sequence)
       }
+    }
+    switch form {
+    case .events:
+      for await event in listener.events { receive(event) }
+    case .watcherThread:
+      listener.startOnWatcherThread(receive)
+      // The control thread ends the process on `quit`.
+      while true { try await Task.sleep(for: .seconds(3600)) }
     }
   }
 }

@@ -40,6 +40,9 @@ struct BenchRun: AsyncParsableCommand {
   @Option(name: .long, help: "Listener counts for the latency and peers phases, comma-separated (e.g. 1,4,16).")
   var listenerCounts: String?
 
+  @Option(name: .long, help: "How listener processes receive: watcher-thread (Listener.startOnWatcherThread, the default) or events (the AsyncSequence).")
+  var listenerForm: String?
+
   @Option(name: .long, help: "The PostgreSQL LISTEN/NOTIFY peer program (cc Benchmarks/pgnotify.c -lpq).")
   var pgnotify: String?
 
@@ -57,6 +60,12 @@ struct BenchRun: AsyncParsableCommand {
         phases: phases.map { Set($0.split(separator: ",").map { String($0) }) },
         listenerCounts: try listenerCounts.map { list in
           try list.split(separator: ",").map { guard let count = Int($0), count > 0 else { throw ValidationError("bad listener count '\($0)'") }; return count }
+        },
+        listenerForm: try listenerForm.map { form in
+          guard BenchListener.Form(rawValue: form) != nil else {
+            throw ValidationError("--listener-form must be watcher-thread or events, not '\(form)'")
+          }
+          return form
         },
         pgnotify: pgnotify.map(absolute), postgresConninfo: postgresConninfo,
         log: { FileHandle.standardError.write(Data("bench: \($0)\n".utf8)) }))
