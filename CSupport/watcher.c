@@ -28,6 +28,7 @@
 #include "CGroupSync.h"
 
 #include <assert.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -50,6 +51,7 @@ struct gs__cmd_s {
   gs__cmd_t *next;
   gs__cmd_kind kind;
   const char *path;    // add
+  int dirfd;           // add: the folder held open, or -1
   uint64_t rescan_ms;  // add
   unsigned flags;      // add
   uint64_t watch_id;   // add: out; remove: in
@@ -67,6 +69,9 @@ struct gs__watch_s {
   uv_timer_t timer;
   int has_timer;
   unsigned flags;  // GS_WATCH_ARRIVALS
+  // The caller's descriptor of the folder (gs_watcher_add_fd), or -1:
+  // entries and the folder are looked at through it, not through `path`.
+  int dirfd;
   // The folder, and what it looked like at the last rescan passed on: a
   // folder that has not changed since costs a stat, not a Swift rescan.
   char *path;
@@ -159,6 +164,33 @@ static void gs__complete(gs_watcher_t *w, gs__cmd_t *cmd, int result) {
 
 // MARK: Loop thread
 
+// lstat of an entry of the watched folder: through the caller's descriptor
+// when there is one (no path walk, through /proc or otherwise).
+static int gs__lstat_entry(const gs__watch_t *watch, const char *filename,
+                           struct stat *st) {
+  if (watch->dirfd >= 0)
+    return fstatat(watch->dirfd, filename, st, AT_SYMLINK_NOFOLLOW);
+  char entry[PATH_MAX];
+  int length = snprintf(entry, sizeof entry, "%s/%s", watch->path, filename);
+  if (length < 0 || (size_t)length >= sizeof entry)
+    return -1;
+  return lstat(entry, st);
+}
+
+// stat of the watched folder itself.
+static int gs__stat_folder(const gs__watch_t *watch, struct stat *st) {
+  return watch->dirfd >= 0 ? fstat(watch->dirfd, st) : stat(watch->path, st);
+}
+
+// Whether the watched folder was removed: gone from its path, or, held
+// open, with no link left.
+static int gs__folder_gone(const gs__watch_t *watch) {
+  struct stat st;
+  if (gs__stat_folder(watch, &st) != 0)
+    return 1;
+  return watch->dirfd >= 0 && st.st_nlink == 0;
+}
+
 static void gs__on_fs_event(uv_fs_event_t *handle, const char *filename,
                             int events, int status) {
   gs__watch_t *watch = handle->data;
@@ -172,14 +204,10 @@ static void gs__on_fs_event(uv_fs_event_t *handle, const char *filename,
       return;  // a write, or a link count changed: nothing arrived
     // By path, not through a descriptor of the folder: holding the folder
     // open would delay its IN_DELETE_SELF until the descriptor closed.
-    char entry[PATH_MAX];
     struct stat st;
-    int length = snprintf(entry, sizeof entry, "%s/%s", watch->path, filename);
-    if (length < 0 || (size_t)length >= sizeof entry)
-      return;
-    if (lstat(entry, &st) == 0) {
+    if (gs__lstat_entry(watch, filename, &st) == 0) {
       gs_events = GS_EVENT_RENAME;
-    } else if (stat(watch->path, &st) != 0) {
+    } else if (gs__folder_gone(watch)) {
       filename = NULL;  // the folder itself went
       gs_events = GS_EVENT_RESCAN;
     } else {
@@ -206,7 +234,7 @@ static void gs__on_timer(uv_timer_t *timer) {
   struct stat st;
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
-  if (stat(watch->path, &st) == 0) {
+  if (gs__stat_folder(watch, &st) == 0) {
     // File times are coarse (a kernel tick): an entry added in the tick of
     // the last rescan may leave them unchanged. Skip only when they were
     // already more than a second old at that rescan.
@@ -250,13 +278,15 @@ static void gs__close_watch(gs__watch_t *watch, gs__cmd_t *cmd) {
     uv_close((uv_handle_t *)&watch->timer, gs__on_watch_close);
 }
 
-static int gs__do_add(gs_watcher_t *w, const char *path, uint64_t rescan_ms,
-                      unsigned flags, uint64_t *watch_id, int *uv_error) {
+static int gs__do_add(gs_watcher_t *w, const char *path, int dirfd,
+                      uint64_t rescan_ms, unsigned flags, uint64_t *watch_id,
+                      int *uv_error) {
   gs__watch_t *watch = calloc(1, sizeof(*watch));
   if (watch == NULL)
     return GS_ENOMEM;
   watch->watcher = w;
   watch->flags = flags;
+  watch->dirfd = dirfd;
   watch->path = strdup(path);
   if (watch->path == NULL) {
     free(watch);
@@ -364,7 +394,7 @@ static void gs__on_async(uv_async_t *async) {
     int rc;
     switch (cmd->kind) {
       case GS__CMD_ADD:
-        rc = gs__do_add(w, cmd->path, cmd->rescan_ms, cmd->flags,
+        rc = gs__do_add(w, cmd->path, cmd->dirfd, cmd->rescan_ms, cmd->flags,
                         &cmd->watch_id, &cmd->uv_error);
         gs__complete(w, cmd, rc);
         break;
@@ -508,7 +538,8 @@ fail_mutex:
   return result;
 }
 
-int gs_watcher_add(gs_watcher_t *watcher, const char *path,
+// gs_watcher_add and gs_watcher_add_fd: `dirfd` is -1 for a path.
+static int gs__add(gs_watcher_t *watcher, const char *path, int dirfd,
                    uint64_t rescan_ms, unsigned flags, uint64_t *watch_id,
                    int *uv_error) {
   if (watcher == NULL || path == NULL || watch_id == NULL || uv_error == NULL)
@@ -519,14 +550,35 @@ int gs_watcher_add(gs_watcher_t *watcher, const char *path,
     // From the callback: waiting for the loop would deadlock, and we are it.
     if (gs__is_closing(watcher))
       return GS_ECLOSED;
-    return gs__do_add(watcher, path, rescan_ms, flags, watch_id, uv_error);
+    return gs__do_add(watcher, path, dirfd, rescan_ms, flags, watch_id,
+                      uv_error);
   }
-  gs__cmd_t cmd = {
-      .kind = GS__CMD_ADD, .path = path, .rescan_ms = rescan_ms, .flags = flags};
+  gs__cmd_t cmd = {.kind = GS__CMD_ADD,
+                   .path = path,
+                   .dirfd = dirfd,
+                   .rescan_ms = rescan_ms,
+                   .flags = flags};
   int rc = gs__submit(watcher, &cmd);
   *watch_id = rc == GS_OK ? cmd.watch_id : 0;
   *uv_error = rc == GS_EUV ? cmd.uv_error : 0;
   return rc;
+}
+
+int gs_watcher_add(gs_watcher_t *watcher, const char *path,
+                   uint64_t rescan_ms, unsigned flags, uint64_t *watch_id,
+                   int *uv_error) {
+  return gs__add(watcher, path, -1, rescan_ms, flags, watch_id, uv_error);
+}
+
+int gs_watcher_add_fd(gs_watcher_t *watcher, int dirfd, uint64_t rescan_ms,
+                      unsigned flags, uint64_t *watch_id, int *uv_error) {
+  if (dirfd < 0)
+    return GS_EINVAL;
+  // libuv watches paths: this one names the very folder the descriptor
+  // holds, whatever its path became.
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", dirfd);
+  return gs__add(watcher, path, dirfd, rescan_ms, flags, watch_id, uv_error);
 }
 
 int gs_watcher_wake(gs_watcher_t *watcher, uint64_t watch_id) {

@@ -284,6 +284,14 @@ int gs_watcher_add(gs_watcher_t *watcher, const char *path,
                    uint64_t rescan_ms, unsigned flags, uint64_t *watch_id,
                    int *uv_error);
 
+/// Like gs_watcher_add, for a folder the caller holds open as `dirfd`,
+/// which must stay open until the watch is removed: the watch is on that
+/// very folder (through /proc/self/fd), whatever its path becomes, and
+/// entries, the folder's removal (no link left) and its rescans are
+/// looked at through the descriptor, without a path walk.
+int gs_watcher_add_fd(gs_watcher_t *watcher, int dirfd, uint64_t rescan_ms,
+                      unsigned flags, uint64_t *watch_id, int *uv_error);
+
 /// Asks the loop thread to call the watch's callback once with
 /// GS_EVENT_WAKE, and returns at once: how another thread hands work to a
 /// consumer that runs on the loop thread. Wake-ups not yet delivered

@@ -477,6 +477,54 @@ static void test_arrivals(void) {
 // mask; removing one leaves the other working. And a watcher takes one
 // inotify instance however many folders it watches (instances are limited
 // per user, 128 by default).
+// A folder watched through a descriptor the caller holds: the same
+// arrivals-only reports, the watch follows the folder when it is renamed,
+// and the folder's removal (held open: no IN_DELETE_SELF until the
+// descriptor closes) is a rescan at the next timer tick.
+static void test_arrivals_fd(void) {
+  char dir[256], moved[256], a[256];
+  make_dir(dir, sizeof(dir), "arrivals-fd");
+  make_path(moved, sizeof(moved), g_base, "arrivals-fd-moved");
+  make_path(a, sizeof(a), moved, "a.txt");
+  int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  MUST(dirfd >= 0);
+
+  ctx_t *c = ctx_new();
+  gs_watcher_t *w = watcher_new(c);
+  uint64_t id = 0;
+  int err = 0;
+  CHECK(gs_watcher_add_fd(w, -1, 0, GS_WATCH_ARRIVALS, &id, &err) == GS_EINVAL,
+        "a negative descriptor is refused");
+  CHECK(gs_watcher_add_fd(w, dirfd, 50, GS_WATCH_ARRIVALS, &id, &err) == GS_OK,
+        "add_fd: uv %d", err);
+  MUST(rename(dir, moved) == 0);  // the watch follows the folder
+  write_file(moved, "a.txt");
+  CHECK(wait_rec(c, id, "a.txt", GS_EVENT_RENAME), "no event a.txt (create)");
+
+  ctx_clear(c);
+  MUST(unlink(a) == 0);
+  write_file(moved, "last.txt");
+  CHECK(wait_rec(c, id, "last.txt", GS_EVENT_RENAME), "no event last.txt");
+  lock(&c->mu);
+  for (size_t i = 0; i < c->nrecs; i++)
+    CHECK(!(c->recs[i].has_name && strcmp(c->recs[i].name, "a.txt") == 0),
+          "the removal of a.txt was reported");
+  unlock(&c->mu);
+
+  ctx_clear(c);
+  char last[256];
+  make_path(last, sizeof(last), moved, "last.txt");
+  MUST(unlink(last) == 0);
+  MUST(rmdir(moved) == 0);
+  CHECK(wait_rec(c, id, NULL, GS_EVENT_RESCAN), "no rescan after removal");
+
+  CHECK(gs_watcher_remove(w, id) == GS_OK, "remove");
+  atomic_store(&c->removed[id], 1);
+  MUST(close(dirfd) == 0);
+  gs_watcher_close(w);
+  ctx_free(c);
+}
+
 static void test_shared_folder_and_many_folders(void) {
   char dir[256], a[256];
   make_dir(dir, sizeof(dir), "shared");
@@ -1079,6 +1127,7 @@ int main(void) {
       {"errors", test_errors},
       {"events", test_events},
       {"arrivals", test_arrivals},
+      {"arrivals_fd", test_arrivals_fd},
       {"shared_folder_and_many_folders", test_shared_folder_and_many_folders},
       {"rescan", test_rescan},
       {"rescan_skips_settled_folder", test_rescan_skips_settled_folder},

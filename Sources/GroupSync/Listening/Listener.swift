@@ -203,8 +203,7 @@ public final class Listener: @unchecked Sendable {
   /// writer's links into other inboxes (link-count changes) do not.
   private func watchInbox(_ inbox: SafeDirectory) throws -> FolderWatcher.Watch {
     try FolderWatcher.shared.watch(
-      "/proc/self/fd/\(inbox.descriptor.rawValue)", rescanMilliseconds: UInt64(options.rescanInterval.milliseconds),
-      arrivalsOnly: true
+      inbox, rescanMilliseconds: UInt64(options.rescanInterval.milliseconds), arrivalsOnly: true
     ) { [weak self] event in self?.handle(event) }
   }
 
