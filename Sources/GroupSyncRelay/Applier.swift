@@ -159,7 +159,11 @@ struct Applier {
     let table = shape.name
     let mapping = try RowIdentityMap.entry(db, table: table, gid: image.gid)
     if let mapping, mapping.position >= position { return false }
-    if pending.isDirty(table: table, rowID: mapping?.rowID) { return false }
+    // Held while this host's own change to the row waits to ship, where it
+    // is settled against this image. A row this host does not have cannot
+    // hold such a change (a table shipped whole ships only the rows it
+    // has): it is applied now, or it would be lost once the place moves on.
+    if mapping?.rowID != nil && pending.isDirty(table: table, rowID: mapping?.rowID) { return false }
     let localValues = try mapping?.rowID.flatMap { try shape.values(db, rowID: $0, columns: columns) }
     guard let values = image.values else {
       if let rowID = mapping?.rowID, localValues != nil { try shape.delete(db, rowID: rowID) }

@@ -57,6 +57,8 @@ final class ReplicaContext: @unchecked Sendable {
     /// The notes of the unshipped change sets, in commit order.
     var notes: [ShippedNote] = []
 
+    /// Whether this host changed row `rowID` of `table` (nil: a row it
+    /// does not have) since its last shipment, as far as it can tell.
     func isDirty(table: String, rowID: Int64?) -> Bool {
       if everything || wholeTables.contains(table) { return true }
       guard let rowID else { return false }

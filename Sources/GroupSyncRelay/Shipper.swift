@@ -211,14 +211,21 @@ struct Shipper {
         continue
       }
       // The row moved on in the log since the image this host wrote on.
-      let theirs = try now.data.map { try JSONDecoder().decode([RowValue].self, from: Data($0.utf8)) }
+      // In this shipment's column order: hosts may list the same columns
+      // in another order (a column added later by ALTER TABLE).
+      let theirs = try now.data.map {
+        try Self.values(try JSONDecoder().decode([RowValue].self, from: Data($0.utf8)), columns: now.columns, as: table.columns)
+      }
       if now.data == data && now.columns == columnsJSON {
         // The same values: no conflict, and nothing to change.
         continue
       }
       if table.isSnapshot {
         // A table shipped whole carries every row, changed or not: an
-        // older image of it never overwrites a newer one.
+        // older image of it never overwrites a newer one, and this host,
+        // which held the newer one back meanwhile, takes it from here.
+        resolved.rows.append(
+          RowImage(gid: image.gid, rowID: image.rowID, base: now.seq, values: theirs, lost: true))
         continue
       }
       var record = ConflictRecord(
@@ -281,6 +288,16 @@ struct Shipper {
           rows: entry.rowCount))
       for conflict in entry.conflicts { context.emit(.conflict(conflict)) }
     }
+  }
+
+  /// `values`, listed in the order of the JSON array `columns`, in the
+  /// order of `wanted` (a column missing from them is NULL).
+  static func values(_ values: [RowValue], columns: String, as wanted: [String]) throws -> [RowValue] {
+    let names = try JSONDecoder().decode([String].self, from: Data(columns.utf8))
+    guard names != wanted else { return values }
+    var byName: [String: RowValue] = [:]
+    for (name, value) in zip(names, values) { byName[name.lowercased()] = value }
+    return wanted.map { byName[$0.lowercased()] ?? .null }
   }
 
   /// Records this host's rows of its own `entry`: a new row's global ID

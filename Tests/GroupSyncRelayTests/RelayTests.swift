@@ -154,4 +154,59 @@ extension RelayTests {
       #expect(content.values.map { $0[1] } == ["\"local b\""])
     }
   }
+
+  /// A host whose table is to ship whole (over the row budget here; DDL
+  /// alike) while remote images arrive: a row it does not have is applied
+  /// at once, and a row it holds back is settled when its table ships, the
+  /// newer image winning there too. Both hosts end equal.
+  @Test func aTableShippedWholeTakesTheRowsItHeldBack() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let b = try await GroupHost("b", root: root.path, server: server)
+      try await a.startRelay()
+      try await b.startRelay()
+      try await a.exec(["INSERT INTO note(title, body) VALUES ('r1', 'v0')"])
+      try await waitForConvergence([a, b], server: server)
+      try await b.stopRelay()
+      let shippedBefore = a.events("shipped").count
+      try await a.exec(["UPDATE note SET body = 'a-new' WHERE title = 'r1'", "INSERT INTO note(title, body) VALUES ('r2', 'a')"])
+      try await waitUntil("a shipped") { a.events("shipped").count > shippedBefore }
+
+      // B changes more rows than its budget: the table is to ship whole.
+      var options = StoreOptions()
+      options.rowBudget = 1
+      let user = try GroupFolder(path: b.folder, create: false, options: options)
+      let changeSet = try await user.store.writeAndReturnChangeSet { db in
+        try db.execute(sql: "INSERT INTO note(title, body) VALUES ('b1', 'b'), ('b2', 'b')")
+      }.changeSet
+      #expect(changeSet?.invalidatedTables.map(\.table) == ["note"])
+      user.store.close()
+
+      // B's relay, in process, its writes with its author as groupsync-relay
+      // has them. It applies the log before it ships: r2, which B does not
+      // have, comes in now; r1 is held.
+      var relayOptions = StoreOptions()
+      relayOptions.author = "groupsync-relay@b"
+      let group = try GroupFolder(path: b.folder, create: false, options: relayOptions)
+      let context = try ReplicaContext(
+        store: group.store, storeName: "main", group: "app", host: "b", policy: .lastWriterWins,
+        author: "groupsync-relay@b", retention: nil, emit: { _ in })
+      let connection = try server.connect()
+      while try Applier(context: context).apply(connection) {}
+      let held = try b.content().values.map { $0[0] + "=" + $0[1] }.sorted()
+      #expect(held == ["\"b1\"=\"b\"", "\"b2\"=\"b\"", "\"r1\"=\"v0\"", "\"r2\"=\"a\""])
+      // The same relay goes on (no restart reads the log again): it ships
+      // the table whole, and its own entry brings r1's newer image back.
+      while try Shipper(context: context).ship(connection) {}
+      while try Applier(context: context).apply(connection) {}
+      let settled = try b.content().values.map { $0[0] + "=" + $0[1] }.sorted()
+      #expect(settled == ["\"b1\"=\"b\"", "\"b2\"=\"b\"", "\"r1\"=\"a-new\"", "\"r2\"=\"a\""])
+      group.store.close()
+
+      try await b.startRelay()
+      let content = try await waitForConvergence([a, b], server: server, timeout: .seconds(30))
+      #expect(content.values.map { $0[0] + "=" + $0[1] }.sorted() == settled)
+    }
+  }
 }
