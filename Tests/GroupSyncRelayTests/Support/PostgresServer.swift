@@ -9,7 +9,8 @@ import Glibc
 /// by `initdb` in a temporary folder, listening only on a unix socket in
 /// that folder (`listen_addresses=''`), run as the user `postgres` (the
 /// server refuses root), fsync off. ``with(_:)`` always stops it and
-/// removes the folder, also when the test fails.
+/// removes the folder, also when the test fails; a watchdog process does
+/// the same if the test process itself is killed.
 final class PostgresServer: @unchecked Sendable {
   let folder: String
   let port = 5432
@@ -51,6 +52,31 @@ final class PostgresServer: @unchecked Sendable {
       "\(bin)/pg_ctl",
       ["-D", "\(folder)/data", "-l", "\(folder)/server.log", "-w", "-t", "60", "-o",
        "-c listen_addresses='' -k \(folder) -p \(port) -c fsync=off -c max_connections=60", "start"])
+    try startWatchdog()
+  }
+
+  /// A shell that outlives a killed test process: once that process is
+  /// gone (and the folder is still there), it stops the server and
+  /// removes the folder. It ends on its own when the folder goes.
+  private func startWatchdog() throws {
+    let script = """
+      while [ -d /proc/\(getpid()) ] && [ -d \(folder)/data ]; do sleep 1; done
+      [ -d \(folder)/data ] || exit 0
+      \(bin)/pg_ctl -D \(folder)/data -m immediate -w stop >/dev/null 2>&1
+      rm -rf \(folder)
+      """
+    let watchdog = Process()
+    if getuid() == 0 {
+      watchdog.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
+      watchdog.arguments = ["-u", "postgres", "--", "/bin/sh", "-c", script]
+    } else {
+      watchdog.executableURL = URL(fileURLWithPath: "/bin/sh")
+      watchdog.arguments = ["-c", script]
+    }
+    watchdog.standardInput = FileHandle.nullDevice
+    watchdog.standardOutput = FileHandle.nullDevice
+    watchdog.standardError = FileHandle.nullDevice
+    try watchdog.run()
   }
 
   /// Stops the server at once, as a crash would (`-m immediate`).
