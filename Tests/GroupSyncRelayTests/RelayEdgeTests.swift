@@ -127,11 +127,8 @@ extension RelayTests {
   /// defaults change on either host ends on both, last in the log wins.
   @Test func defaultsAndNotificationsTravelAcrossHosts() async throws {
     try await PostgresServer.with { server in
-      let root = try HostsFolder()
-      let a = try await GroupHost("a", root: root.path, server: server)
-      let b = try await GroupHost("b", root: root.path, server: server)
-      try await a.startRelay()
-      try await b.startRelay()
+      let (root, a, b) = try await GroupHost.twoWithRelays(server)
+      defer { withExtendedLifetime(root) {} }  // the hosts' folder stays until the end
       let groupA = try GroupFolder(path: a.folder, create: false)
       let groupB = try GroupFolder(path: b.folder, create: false)
       let onA = Received(), onB = Received()
@@ -173,11 +170,8 @@ extension RelayTests {
   /// does, takes its lock again, and goes on.
   @Test func aTerminatedSessionIsReconnected() async throws {
     try await PostgresServer.with { server in
-      let root = try HostsFolder()
-      let a = try await GroupHost("a", root: root.path, server: server)
-      let b = try await GroupHost("b", root: root.path, server: server)
-      try await a.startRelay()
-      try await b.startRelay()
+      let (root, a, b) = try await GroupHost.twoWithRelays(server)
+      defer { withExtendedLifetime(root) {} }  // the hosts' folder stays until the end
       try await a.exec(["INSERT INTO note(title) VALUES ('before')"])
       try await waitForConvergence([a, b], server: server)
       let terminated = try server.query("""
@@ -199,11 +193,8 @@ extension RelayTests {
   /// error naming it; nothing moves past it until it is readable.
   @Test func anUnreadableEntryIsRefusedUntilRepaired() async throws {
     try await PostgresServer.with { server in
-      let root = try HostsFolder()
-      let a = try await GroupHost("a", root: root.path, server: server)
-      let b = try await GroupHost("b", root: root.path, server: server)
-      try await a.startRelay()
-      try await b.startRelay()
+      let (root, a, b) = try await GroupHost.twoWithRelays(server)
+      defer { withExtendedLifetime(root) {} }  // the hosts' folder stays until the end
       try await waitForConvergence([a, b], server: server)
       let connection = try server.connect()
       let position = try connection.transaction { () -> String in

@@ -80,11 +80,8 @@ extension RelayTests {
   /// writer commits: nothing is lost, nothing lands twice.
   @Test func exactlyOnceThroughRelayKills() async throws {
     try await PostgresServer.with { server in
-      let root = try HostsFolder()
-      let a = try await GroupHost("a", root: root.path, server: server)
-      let b = try await GroupHost("b", root: root.path, server: server)
-      try await a.startRelay()
-      try await b.startRelay()
+      let (root, a, b) = try await GroupHost.twoWithRelays(server)
+      defer { withExtendedLifetime(root) {} }  // the hosts' folder stays until the end
       try await waitForConvergence([a, b], server: server)
       let watch = try ChildProcess(executable: Executables.groupsync, arguments: ["watch", b.folder, "--json"])
       defer { watch.signal(SIGKILL); _ = watch.finish(timeout: 10) }

@@ -16,11 +16,8 @@ import Glibc
 struct RelayTests {
   @Test func aCommitReachesTheOtherHostWithItsValuesAndItsListeners() async throws {
     try await PostgresServer.with { server in
-      let root = try HostsFolder()
-      let a = try await GroupHost("a", root: root.path, server: server)
-      let b = try await GroupHost("b", root: root.path, server: server)
-      try await a.startRelay()
-      try await b.startRelay()
+      let (root, a, b) = try await GroupHost.twoWithRelays(server)
+      defer { withExtendedLifetime(root) {} }  // the hosts' folder stays until the end
       let watch = try ChildProcess(executable: Executables.groupsync, arguments: ["watch", b.folder, "--json"])
       defer { watch.signal(SIGKILL); _ = watch.finish(timeout: 10) }
       try await Executables.onThread { try watch.waitForStderr(containing: "listening as", timeout: 30) }
@@ -109,11 +106,8 @@ extension RelayTests {
   /// in process here, through the library's API.
   @Test func anUnshippedLocalWriteIsNotOverwrittenAndTheLibraryAPIReportsIt() async throws {
     try await PostgresServer.with { server in
-      let root = try HostsFolder()
-      let a = try await GroupHost("a", root: root.path, server: server)
-      let b = try await GroupHost("b", root: root.path, server: server)
-      try await a.startRelay()
-      try await b.startRelay()
+      let (root, a, b) = try await GroupHost.twoWithRelays(server)
+      defer { withExtendedLifetime(root) {} }  // the hosts' folder stays until the end
       try await a.exec(["INSERT INTO note(title, body) VALUES ('r', 'v0')"])
       try await waitForConvergence([a, b], server: server)
       try await b.stopRelay()
@@ -161,11 +155,8 @@ extension RelayTests {
   /// newer image winning there too. Both hosts end equal.
   @Test func aTableShippedWholeTakesTheRowsItHeldBack() async throws {
     try await PostgresServer.with { server in
-      let root = try HostsFolder()
-      let a = try await GroupHost("a", root: root.path, server: server)
-      let b = try await GroupHost("b", root: root.path, server: server)
-      try await a.startRelay()
-      try await b.startRelay()
+      let (root, a, b) = try await GroupHost.twoWithRelays(server)
+      defer { withExtendedLifetime(root) {} }  // the hosts' folder stays until the end
       try await a.exec(["INSERT INTO note(title, body) VALUES ('r1', 'v0')"])
       try await waitForConvergence([a, b], server: server)
       try await b.stopRelay()

@@ -43,10 +43,16 @@ struct WatcherThreadDeliveryTests {
     }
   }
 
-  @Test func otherProcessesChangeSetsArriveInOrderOnOneThread() async throws {
+  /// A group folder made by `groupsync init`, opened in process.
+  static func makeGroup() async throws -> (TemporaryFolder, String, GroupFolder) {
     let folder = try TemporaryFolder()
     let directory = try await ProcessHarness.initGroup(folder, schema: ListenerFixture.schema)
-    let group = try GroupFolder(path: directory, create: false)
+    return (folder, directory, try GroupFolder(path: directory, create: false))
+  }
+
+  @Test func otherProcessesChangeSetsArriveInOrderOnOneThread() async throws {
+    let (folder, directory, group) = try await Self.makeGroup()
+    defer { withExtendedLifetime(folder) {} }
     let listener = try group.listen(as: "direct", options: Self.options)
     defer { listener.close() }
     let received = Received()
@@ -64,9 +70,8 @@ struct WatcherThreadDeliveryTests {
   }
 
   @Test func thisProcessesOwnCommitsWakeTheWatcherThread() async throws {
-    let folder = try TemporaryFolder()
-    let directory = try await ProcessHarness.initGroup(folder, schema: ListenerFixture.schema)
-    let group = try GroupFolder(path: directory, create: false)
+    let (folder, _, group) = try await Self.makeGroup()
+    defer { withExtendedLifetime(folder) {} }
     let listener = try group.listen(as: "own", options: Self.options)
     defer { listener.close() }
     let received = Received()
@@ -83,9 +88,8 @@ struct WatcherThreadDeliveryTests {
   }
 
   @Test func changeSetsWaitingBeforeTheStartAreDelivered() async throws {
-    let folder = try TemporaryFolder()
-    let directory = try await ProcessHarness.initGroup(folder, schema: ListenerFixture.schema)
-    let group = try GroupFolder(path: directory, create: false)
+    let (folder, directory, group) = try await Self.makeGroup()
+    defer { withExtendedLifetime(folder) {} }
     let listener = try group.listen(as: "late-start", options: Self.options)
     defer { listener.close() }
     let written = try await ProcessHarness.exec(directory, repeat: 3, Self.insert)
@@ -98,9 +102,8 @@ struct WatcherThreadDeliveryTests {
   /// Writers killed after COMMIT: the missing change sets are read from the
   /// history, in order, with no reset, by a timer's wake-up of the thread.
   @Test func changeSetsNobodyPublishedAreReadFromTheHistory() async throws {
-    let folder = try TemporaryFolder()
-    let directory = try await ProcessHarness.initGroup(folder, schema: ListenerFixture.schema)
-    let group = try GroupFolder(path: directory, create: false)
+    let (folder, directory, group) = try await Self.makeGroup()
+    defer { withExtendedLifetime(folder) {} }
     let listener = try group.listen(as: "gaps", options: Self.options)
     defer { listener.close() }
     let received = Received()
@@ -122,9 +125,8 @@ struct WatcherThreadDeliveryTests {
   }
 
   @Test func closingInsideTheHandlerStopsDelivery() async throws {
-    let folder = try TemporaryFolder()
-    let directory = try await ProcessHarness.initGroup(folder, schema: ListenerFixture.schema)
-    let group = try GroupFolder(path: directory, create: false)
+    let (folder, directory, group) = try await Self.makeGroup()
+    defer { withExtendedLifetime(folder) {} }
     let listener = try group.listen(as: "closes-itself", options: Self.options)
     let received = Received()
     listener.startOnWatcherThread { event in
@@ -141,9 +143,8 @@ struct WatcherThreadDeliveryTests {
   }
 
   @Test func closeReleasesTheHandler() async throws {
-    let folder = try TemporaryFolder()
-    let directory = try await ProcessHarness.initGroup(folder, schema: ListenerFixture.schema)
-    let group = try GroupFolder(path: directory, create: false)
+    let (folder, _, group) = try await Self.makeGroup()
+    defer { withExtendedLifetime(folder) {} }
     final class Owner: Sendable {}
     weak var weakOwner: Owner?
     let listener = try group.listen(as: "releases", options: Self.options)
@@ -160,9 +161,8 @@ struct WatcherThreadDeliveryTests {
   /// Acknowledged when the handler returns: a durable listener restarted
   /// after its process was killed resumes after the last handled.
   @Test func aDurableListenerResumesAfterTheLastHandled() async throws {
-    let folder = try TemporaryFolder()
-    let directory = try await ProcessHarness.initGroup(folder, schema: ListenerFixture.schema)
-    let group = try GroupFolder(path: directory, create: false)
+    let (folder, directory, group) = try await Self.makeGroup()
+    defer { withExtendedLifetime(folder) {} }
     let first = try group.listen(as: "resumes", durable: true, options: Self.options)
     let received = Received()
     first.startOnWatcherThread { received.record($0) }

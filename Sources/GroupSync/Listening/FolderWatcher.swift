@@ -42,39 +42,23 @@ final class FolderWatcher: @unchecked Sendable {
     self.handle = handle
   }
 
-  /// Watches `path`; `handler` runs on the watcher thread and must be quick.
-  /// With `arrivalsOnly`, only entries that appear are reported (removals
-  /// and changes of entries wake nobody). Events of the short time before
-  /// this returns may be missed: rescan once after it returns.
-  func watch(
-    _ path: String, rescanMilliseconds: UInt64, arrivalsOnly: Bool = false, handler: @escaping Handler
-  ) throws -> Watch {
-    try add(path: path, arrivalsOnly: arrivalsOnly, handler: handler) { flags, watchID, uvError in
-      gs_watcher_add(handle!, path, rescanMilliseconds, flags, &watchID, &uvError)
-    }
-  }
-
   /// Watches the folder `directory` holds, whatever its path becomes; the
   /// watcher looks at its entries through the descriptor (no path walk
-  /// per event). The descriptor must stay open until the watch is
-  /// cancelled.
+  /// per event), which must stay open until the watch is cancelled.
+  /// `handler` runs on the watcher thread and must be quick. With
+  /// `arrivalsOnly`, only entries that appear are reported (removals and
+  /// changes of entries wake nobody). Events of the short time before this
+  /// returns may be missed: rescan once after it returns.
   func watch(
     _ directory: SafeDirectory, rescanMilliseconds: UInt64, arrivalsOnly: Bool = false, handler: @escaping Handler
   ) throws -> Watch {
-    try add(path: directory.path, arrivalsOnly: arrivalsOnly, handler: handler) { flags, watchID, uvError in
-      gs_watcher_add_fd(handle!, directory.descriptor.rawValue, rescanMilliseconds, flags, &watchID, &uvError)
-    }
-  }
-
-  private func add(
-    path: String, arrivalsOnly: Bool, handler: @escaping Handler,
-    _ start: (UInt32, inout UInt64, inout Int32) -> Int32
-  ) throws -> Watch {
     var watchID: UInt64 = 0
     var uvError: Int32 = 0
-    let code = start(arrivalsOnly ? UInt32(GS_WATCH_ARRIVALS) : 0, &watchID, &uvError)
+    let flags = arrivalsOnly ? UInt32(GS_WATCH_ARRIVALS) : 0
+    let code = gs_watcher_add_fd(handle!, directory.descriptor.rawValue, rescanMilliseconds, flags, &watchID, &uvError)
     guard code == GS_OK else {
-      throw GroupSyncError.system(call: "inotify_add_watch", path: path, errno: code == GS_EUV ? -uvError : EINVAL)
+      throw GroupSyncError.system(
+        call: "inotify_add_watch", path: directory.path, errno: code == GS_EUV ? -uvError : EINVAL)
     }
     handlers.withLock { $0[watchID] = handler }
     return Watch(watcher: self, id: watchID)

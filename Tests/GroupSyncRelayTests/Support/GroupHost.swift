@@ -184,6 +184,19 @@ func waitUntil(
   }
 }
 
+extension GroupHost {
+  /// Hosts "a" and "b" with the default schema, in a folder of their own
+  /// (kept while the returned folder lives), each with its relay running.
+  static func twoWithRelays(_ server: PostgresServer) async throws -> (HostsFolder, GroupHost, GroupHost) {
+    let root = try HostsFolder()
+    let a = try await GroupHost("a", root: root.path, server: server)
+    let b = try await GroupHost("b", root: root.path, server: server)
+    try await a.startRelay()
+    try await b.startRelay()
+    return (root, a, b)
+  }
+}
+
 /// Waits until every host's relay shipped everything, applied the whole
 /// log, and every replica holds the same rows; returns the content.
 @discardableResult
