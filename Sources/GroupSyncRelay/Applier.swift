@@ -26,40 +26,53 @@ struct Applier {
   @discardableResult
   func apply(_ connection: PostgresConnection) throws -> Bool {
     let context = self.context
-    let keys: [String?] = [context.group, context.storeName]
-    // The entries first (one round trip on the hot path); the clock only
-    // when they do not follow on from the applied place.
+    if let reason = context.divergence {
+      try resync(connection, reason: reason, diverged: true)
+      return true
+    }
+    let applied = context.place.applied
+    // One statement, so one snapshot: the clock row, and the entries from
+    // the applied place on. The applied entry itself comes too, to check
+    // that the log still holds the entry this host applied there.
     let rows = try connection.execute(
       """
-      SELECT seq, origin_host, body FROM gs_change WHERE grp = $1 AND store = $2 AND seq > $3 ORDER BY seq LIMIT $4
-      """, keys + [String(context.place.applied), String(Self.batchSize)])
-    var entries: [(position: Int64, origin: String, entry: LogEntry)] = []
-    var expected = context.place.applied + 1
+      SELECT k.seq, k.purged_through, c.seq, c.origin_host, c.origin_seq, c.body
+      FROM gs_clock k LEFT JOIN LATERAL (
+        SELECT seq, origin_host, origin_seq, body FROM gs_change
+        WHERE grp = k.grp AND store = k.store AND seq >= $3 ORDER BY seq LIMIT $4) c ON true
+      WHERE k.grp = $1 AND k.store = $2
+      """, [context.group, context.storeName, String(max(applied, 1)), String(Self.batchSize + 1)])
+    guard let clock = rows.first, let head = clock[0].flatMap({ Int64($0) }) else { return false }
+    let purged = clock[1].flatMap { Int64($0) } ?? 0
+    context.logHead = head
+    var entries: [(position: Int64, origin: String, originSequence: Int64, entry: LogEntry)] = []
+    var atPlace: EntryOrigin?
+    var expected = applied + 1
     for row in rows {
-      guard let position = row[0].flatMap({ Int64($0) }), let origin = row[1], let body = row[2],
-        position == expected
+      guard let position = row[2].flatMap({ Int64($0) }), let origin = row[3],
+        let originSequence = row[4].flatMap({ Int64($0) }), let body = row[5]
       else { break }
-      entries.append((position, origin, try LogEntry.decode(body, store: context.storeName, sequence: position)))
+      if position == applied {
+        atPlace = EntryOrigin(host: origin, sequence: originSequence)
+        continue
+      }
+      guard position == expected else { break }
+      entries.append(
+        (position, origin, originSequence, try LogEntry.decode(body, store: context.storeName, sequence: position)))
       expected += 1
     }
+    if let reason = Self.divergence(place: context.place, head: head, purged: purged, entryAtPlace: atPlace) {
+      try resync(connection, reason: reason, diverged: true)
+      return true
+    }
+    if applied < purged {
+      try resync(connection, reason: "this host's place \(applied) was purged (log kept from \(purged + 1))")
+      return true
+    }
     if entries.isEmpty {
-      let clock = try connection.execute(
-        "SELECT seq, purged_through FROM gs_clock WHERE grp = $1 AND store = $2", keys)
-      let head = clock.first.flatMap { $0[0] }.flatMap { Int64($0) } ?? 0
-      let purged = clock.first.flatMap { $0[1] }.flatMap { Int64($0) } ?? 0
-      context.logHead = head
-      if context.place.applied > head {
-        try resync(connection, reason: "the log restarted below this host's place \(context.place.applied)")
-        return true
-      }
-      if context.place.applied < purged {
-        try resync(
-          connection, reason: "this host's place \(context.place.applied) was purged (log kept from \(purged + 1))")
-        return true
-      }
-      if !rows.isEmpty || head > context.place.applied {
-        // Positions are gapless: a hole right after the place means a purge
-        // raced the read; the next pass sees the new horizon.
+      // Positions are gapless and this is one snapshot: past the place,
+      // the log must hold the next entry.
+      if head > applied {
         throw RelayError.invalidEntry(
           store: context.storeName, sequence: expected, reason: "entry \(expected) is missing from the log")
       }
@@ -69,6 +82,8 @@ struct Applier {
     // The log reaches at least this far, whether or not the entries apply.
     context.logHead = max(context.logHead, last.position)
     var rowCount = 0
+    context.failpoints.waitAtApplyGate(stop: context.stop)
+    let lastOrigin = EntryOrigin(host: last.origin, sequence: last.originSequence)
     let (_, changeSet) = try context.store.writeAndReturnChangeSet { db in
       // Another process may have changed the schema since GRDB cached it.
       db.clearSchemaCache()
@@ -76,7 +91,7 @@ struct Applier {
       let changesBefore = db.totalChangesCount
       var notesAdded = false
       var shapes: [String: TableShape] = [:]
-      for (position, origin, entry) in entries {
+      for (position, origin, _, entry) in entries {
         if try applyNotes(entry.notes ?? [], own: origin == context.host, db) { notesAdded = true }
         for table in entry.tables {
           let shape = try Self.shape(of: table.name, columns: table.columns, store: context.storeName, db, &shapes)
@@ -93,24 +108,50 @@ struct Applier {
       guard db.totalChangesCount != changesBefore || notesAdded else { return }
       var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
       place.applied = last.position
+      place.appliedOrigin = lastOrigin
       place.shipped = max(place.shipped, context.place.shipped)
       try RowIdentityMap.setPlace(place, db, group: context.group, host: context.host)
     }
     // Only now, COMMIT returned: the place moves on in memory.
     context.place.applied = last.position
+    context.place.appliedOrigin = lastOrigin
     context.logHead = max(context.logHead, last.position)
     context.emit(
       .applied(
         store: context.storeName, position: last.position, entries: entries.count, rows: rowCount,
         localSequence: changeSet?.sequence))
-    for (_, origin, entry) in entries where origin != context.host {
+    for (_, origin, _, entry) in entries where origin != context.host {
       context.conflicts += Int64(entry.conflicts.count)
       for conflict in entry.conflicts { context.emit(.conflict(conflict)) }
     }
     try connection.execute(
       "UPDATE gs_host SET applied_seq = $4, seen_at = now() WHERE grp = $1 AND store = $2 AND host = $3",
-      keys + [context.host, String(last.position)])
+      [context.group, context.storeName, context.host, String(last.position)])
     return true
+  }
+
+  /// Why the log no longer holds the entry this host applied last, given
+  /// the log's head, its purge horizon and the origin of the entry now at
+  /// the applied place (nil: none); nil when it does, or when that entry
+  /// was purged and nothing can be told.
+  static func divergence(place: RowIdentityMap.Place, head: Int64, purged: Int64, entryAtPlace: EntryOrigin?)
+    -> String?
+  {
+    let applied = place.applied
+    guard applied > 0 else { return nil }
+    if applied > head {
+      return "the log ends at \(head), below this host's place \(applied): entries it applied were lost "
+        + "(a failover to a standby that had not received them, or a restored backup)"
+    }
+    guard applied > purged else { return nil }
+    guard let entryAtPlace else {
+      return "the log no longer holds entry \(applied), which this host applied: the log lost entries (a failover)"
+    }
+    if let known = place.appliedOrigin, known != entryAtPlace {
+      return "the log's entry \(applied) is no longer the one this host applied (\(known.host) #\(known.sequence), "
+        + "now \(entryAtPlace.host) #\(entryAtPlace.sequence)): the log lost entries (a failover)"
+    }
+    return nil
   }
 
   /// Group-defaults changes are applied from every entry, this host's own
@@ -163,7 +204,7 @@ struct Applier {
     // is settled against this image. A row this host does not have cannot
     // hold such a change (a table shipped whole ships only the rows it
     // has): it is applied now, or it would be lost once the place moves on.
-    if mapping?.rowID != nil && pending.isDirty(table: table, rowID: mapping?.rowID) { return false }
+    if pending.holds(mapping, table: table) { return false }
     let localValues = try mapping?.rowID.flatMap { try shape.values(db, rowID: $0, columns: columns) }
     guard let values = image.values else {
       if let rowID = mapping?.rowID, localValues != nil { try shape.delete(db, rowID: rowID) }
@@ -260,41 +301,113 @@ struct Applier {
   /// read in one snapshot with the log's position, when this host's place
   /// is no longer in the log. Rows changed here and not shipped yet are
   /// kept; they ship afterwards.
-  func resync(_ connection: PostgresConnection, reason: String) throws {
+  ///
+  /// `diverged`: the log lost entries this host applied or shipped (a
+  /// failover to a standby that had not received them). The positions this
+  /// host recorded may then name entries the log no longer holds (or holds
+  /// other entries at), so none is trusted: every row takes the log's
+  /// current image and position; a row the log does not know and this host
+  /// did not change is deleted (it came from a lost entry: its origin ships
+  /// it again); a row changed here keeps its values and ships as made on
+  /// the log's current image.
+  func resync(_ connection: PostgresConnection, reason: String, diverged: Bool = false) throws {
     let context = self.context
     let keys: [String?] = [context.group, context.storeName]
-    let (head, rows) = try connection.transaction { () -> (Int64, [[String?]]) in
+    let (head, headOrigin, rows) = try connection.transaction { () -> (Int64, EntryOrigin?, [[String?]]) in
       try connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-      let clock = try connection.execute("SELECT seq FROM gs_clock WHERE grp = $1 AND store = $2", keys)
+      let clock = try connection.execute(
+        """
+        SELECT k.seq, c.origin_host, c.origin_seq FROM gs_clock k
+        LEFT JOIN gs_change c ON c.grp = k.grp AND c.store = k.store AND c.seq = k.seq
+        WHERE k.grp = $1 AND k.store = $2
+        """, keys)
       let head = clock.first.flatMap { $0[0] }.flatMap { Int64($0) } ?? 0
+      let origin = clock.first.flatMap { row -> EntryOrigin? in
+        guard let host = row[1], let sequence = row[2].flatMap({ Int64($0) }) else { return nil }
+        return EntryOrigin(host: host, sequence: sequence)
+      }
       let rows = try connection.execute(
         "SELECT tbl, gid, seq, columns, data FROM gs_row WHERE grp = $1 AND store = $2 ORDER BY seq, tbl, gid", keys)
-      return (head, rows)
+      return (head, origin, rows)
     }
     var rowCount = 0
     try context.store.write { db in
       db.clearSchemaCache()
       let pending = try context.unshipped(db)
+      if diverged {
+        try RowIdentityMap.forgetPositions(db)
+        try restoreDeletionsToShip(pending: pending, db)
+      }
       var shapes: [String: TableShape] = [:]
+      var known: [String: Set<String>] = [:]
       for row in rows {
         guard let table = row[0], let gid = row[1], let position = row[2].flatMap({ Int64($0) }),
           let columnsText = row[3]
         else { continue }
+        known[table, default: []].insert(gid)
         let columns = try JSONDecoder().decode([String].self, from: Data(columnsText.utf8))
         let values = try row[4].map { try JSONDecoder().decode([RowValue].self, from: Data($0.utf8)) }
         let shape = try Self.shape(of: table, columns: columns, store: context.storeName, db, &shapes)
         let image = RowImage(gid: gid, rowID: nil, base: 0, values: values, lost: nil)
         if try applyRow(image, columns: columns, shape: shape, position: position, pending: pending, db) {
           rowCount += 1
+        } else if diverged, let mapping = try RowIdentityMap.entry(db, table: table, gid: gid), mapping.position == 0,
+          pending.holds(mapping, table: table)
+        {
+          // Held: this host's change ships as made on the current image.
+          try RowIdentityMap.raisePosition(db, table: table, gid: gid, to: position, deleted: false)
         }
       }
+      if diverged { rowCount += try removeRowsOfLostEntries(known: known, pending: pending, db) }
       var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
       place.applied = head
+      place.appliedOrigin = headOrigin
       place.shipped = max(place.shipped, context.place.shipped)
       try RowIdentityMap.setPlace(place, db, group: context.group, host: context.host)
     }
     context.place.applied = head
+    context.place.appliedOrigin = headOrigin
     context.logHead = max(context.logHead, head)
+    context.divergence = nil
     context.emit(.resync(store: context.storeName, position: head, rows: rowCount, reason: reason))
+  }
+
+  /// After a divergence: a row this host deleted and whose deletion
+  /// shipped in an entry the log lost is a tombstone here, which the
+  /// shipper (naming rows by rowid) cannot find: its global ID takes its
+  /// former rowid again, so the deletion ships again (unless another row
+  /// holds that rowid by now).
+  private func restoreDeletionsToShip(pending: ReplicaContext.Unshipped, _ db: Database) throws {
+    for (table, rowIDs) in pending.rows {
+      guard let shape = (try? TableShape.read(db, table: table, store: context.storeName)) ?? nil else { continue }
+      for rowID in rowIDs.sorted() where try shape.values(db, rowID: rowID) == nil {
+        guard try RowIdentityMap.entry(db, table: table, rowID: rowID) == nil,
+          let tombstone = try RowIdentityMap.tombstone(db, table: table, formerRowID: rowID)
+        else { continue }
+        try RowIdentityMap.set(.init(gid: tombstone.gid, rowID: rowID, position: 0), db, table: table)
+      }
+    }
+  }
+
+  /// After a divergence: deletes the rows the log does not know (mapped
+  /// here, so they came through the log or were shipped from here) that
+  /// this host did not change since its shipped place; their global IDs
+  /// become tombstones of no position, so their origin can ship them again.
+  private func removeRowsOfLostEntries(known: [String: Set<String>], pending: ReplicaContext.Unshipped, _ db: Database)
+    throws -> Int
+  {
+    var removed = 0
+    for table in try TableShape.userTables(db) {
+      guard let shape = (try? TableShape.read(db, table: table, store: context.storeName)) ?? nil else { continue }
+      for (rowID, entry) in try RowIdentityMap.liveEntries(db, table: table)
+      where !(known[table]?.contains(entry.gid) ?? false) && !pending.isDirty(table: table, rowID: rowID) {
+        if try shape.values(db, rowID: rowID) != nil {
+          try shape.delete(db, rowID: rowID)
+          removed += 1
+        }
+        try RowIdentityMap.set(.init(gid: entry.gid, rowID: nil, position: 0), db, table: table)
+      }
+    }
+    return removed
   }
 }

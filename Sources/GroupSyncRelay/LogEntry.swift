@@ -12,6 +12,8 @@ import Foundation
 struct LogEntry: Codable, Sendable, Equatable {
   var tables: [TableImage]
   /// Conflicts the shipping transaction settled, for every host to report.
+  /// Their ``ConflictRecord/sequence`` is the entry's position, which the
+  /// server assigns as the entry commits: it is stamped on decoding.
   var conflicts: [ConflictRecord]
   /// The notes of the local change sets shipped (group-defaults changes,
   /// notifications), in commit order.
@@ -31,7 +33,9 @@ struct LogEntry: Codable, Sendable, Equatable {
 
   static func decode(_ text: String, store: String, sequence: Int64) throws -> LogEntry {
     do {
-      return try JSONDecoder().decode(LogEntry.self, from: Data(text.utf8))
+      var entry = try JSONDecoder().decode(LogEntry.self, from: Data(text.utf8))
+      for index in entry.conflicts.indices { entry.conflicts[index].sequence = sequence }
+      return entry
     } catch {
       throw RelayError.invalidEntry(store: store, sequence: sequence, reason: "\(error)")
     }

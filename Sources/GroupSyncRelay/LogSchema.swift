@@ -67,6 +67,16 @@ enum LogSchema {
     }
   }
 
+  /// Bounds every wait of the relay's session on the server (see
+  /// ``RelayTimeouts``), and keeps the server's NOTICEs ("relation already
+  /// exists, skipping") off the relay's stderr, in one round trip.
+  static func configureSession(_ connection: PostgresConnection, timeouts: RelayTimeouts) throws {
+    let settings = timeouts.sessionSettings(serverVersion: connection.serverVersion)
+      + [("client_min_messages", "warning")]
+    let calls = settings.indices.map { "set_config($\(2 * $0 + 1), $\(2 * $0 + 2), false)" }
+    try connection.execute("SELECT " + calls.joined(separator: ", "), settings.flatMap { [$0.0, $0.1] })
+  }
+
   /// Takes the session-level advisory lock of `host` in `group`, which the
   /// server frees when the session ends (the relay died or disconnected).
   ///

@@ -1,36 +1,86 @@
 import CLibPQ
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// One libpq connection (`PGconn`), used by one thread: the relay's.
 ///
-/// Every statement goes through ``execute(_:_:)`` with parameters sent
-/// apart from the SQL text (`PQexecParams`), and every failure becomes a
-/// ``RelayError`` naming the libpq call. Notifications are read without
-/// blocking (`PQconsumeInput`, `PQnotifies`) after the relay's `poll` on
-/// ``socket`` said there is input.
+/// Every call goes through libpq's asynchronous API on a non-blocking
+/// socket, waited for with `poll` against a deadline and against the
+/// relay's stop signal, so no call can hang on a silent link and a stop
+/// abandons any call at once. Statements are sent in libpq's pipeline
+/// mode: a batch of them (``run(_:)``) costs one round trip, and a batch
+/// outside `BEGIN` runs in one implicit transaction, all or nothing.
+/// Parameters travel apart from the SQL text, as text (nil is NULL), and
+/// every failure becomes a ``RelayError`` naming the libpq call.
 ///
 /// `@unchecked Sendable`: libpq connections may move between threads but
 /// must not be used by two at once; the relay uses it from its thread only
 /// and closes it there.
 final class PostgresConnection: @unchecked Sendable {
-  private let connection: OpaquePointer
+  /// One statement of a batch.
+  struct Statement: Sendable {
+    let sql: String
+    let parameters: [String?]
 
-  /// Connects with `conninfo` (libpq's `key=value` string or URI).
-  ///
-  /// - Throws: ``RelayError/postgres(call:message:sqlState:)`` naming
-  ///   `PQconnectdb` when the server cannot be reached or refuses.
-  init(conninfo: String) throws {
-    guard let connection = PQconnectdb(conninfo) else {
-      throw RelayError.postgres(call: "PQconnectdb", message: "out of memory", sqlState: nil)
+    init(_ sql: String, _ parameters: [String?] = []) {
+      self.sql = sql
+      self.parameters = parameters
     }
-    guard PQstatus(connection) == CONNECTION_OK else {
-      let message = String(cString: PQerrorMessage(connection))
-      PQfinish(connection)
-      throw RelayError.postgres(call: "PQconnectdb", message: message, sqlState: nil)
-    }
-    self.connection = connection
   }
 
+  private let connection: OpaquePointer
+  private let timeouts: RelayTimeouts
+  /// Readable once the owner stops: every wait then gives up.
+  private let stop: WakePipe?
+
+  /// Connects with `conninfo` (libpq's `key=value` string or URI; several
+  /// hosts are tried in turn, as libpq does), adding the client-side
+  /// timeouts of `timeouts` and `applicationName` where neither the
+  /// conninfo nor libpq's environment sets them.
+  ///
+  /// - Throws: ``RelayError/invalidConfiguration(_:)`` for a conninfo
+  ///   libpq cannot parse; ``RelayError/postgres(call:message:sqlState:)``
+  ///   naming `PQconnectPoll` when no server can be reached or all refuse;
+  ///   ``RelayError/timedOut(call:seconds:)`` past the connect timeout per
+  ///   host; ``RelayError/stopped`` when `stop` is rung meanwhile.
+  init(
+    conninfo: String, timeouts: RelayTimeouts = RelayTimeouts(), applicationName: String? = nil,
+    stop: WakePipe? = nil
+  ) throws {
+    self.timeouts = timeouts
+    self.stop = stop
+    let (parameters, hostCount) = try Self.parameters(conninfo, timeouts: timeouts, applicationName: applicationName)
+    let started = Self.withCStringArrays(parameters) { keywords, values in
+      PQconnectStartParams(keywords, values, 0)
+    }
+    guard let started else {
+      throw RelayError.postgres(call: "PQconnectStartParams", message: "out of memory", sqlState: nil)
+    }
+    connection = started
+    // libpq leaves connect_timeout to the caller in asynchronous mode: it
+    // applies per host, and every host of the conninfo may be tried.
+    let deadline = ContinuousClock.now + timeouts.connect * hostCount + .milliseconds(500)
+    // Every stored property is set: a throw from here on runs deinit,
+    // which closes the connection.
+    guard PQstatus(connection) != CONNECTION_BAD else { throw failure("PQconnectStartParams") }
+    var polling = PGRES_POLLING_WRITING
+    while polling != PGRES_POLLING_OK {
+      switch polling {
+      case PGRES_POLLING_READING: try wait(for: Int16(POLLIN), until: deadline, call: "PQconnectPoll")
+      case PGRES_POLLING_WRITING: try wait(for: Int16(POLLOUT), until: deadline, call: "PQconnectPoll")
+      default: throw failure("PQconnectPoll")
+      }
+      polling = PQconnectPoll(connection)
+    }
+    guard PQsetnonblocking(connection, 1) == 0 else { throw failure("PQsetnonblocking") }
+    guard PQenterPipelineMode(connection) == 1 else { throw failure("PQenterPipelineMode") }
+  }
+
+  /// Closes the connection without waiting: libpq sends the server a
+  /// goodbye if the socket takes it at once; a server that never gets it
+  /// drops the session by its own timeouts.
   deinit { PQfinish(connection) }
 
   /// Whether libpq still considers the connection good.
@@ -42,50 +92,76 @@ final class PostgresConnection: @unchecked Sendable {
   /// The backend's process ID (to terminate it in tests).
   var backendProcessID: Int32 { PQbackendPID(connection) }
 
-  /// Runs one statement with text parameters (nil is NULL) and returns its
-  /// rows as text (nil for NULL).
+  /// The server's version as a number (150004 for 15.4).
+  var serverVersion: Int32 { PQserverVersion(connection) }
+
+  /// Whether a transaction is open (or failed and not rolled back yet).
+  var isInTransaction: Bool {
+    let status = PQtransactionStatus(connection)
+    return status == PQTRANS_INTRANS || status == PQTRANS_INERROR
+  }
+
+  /// Runs one statement and returns its rows as text (nil for NULL).
   ///
-  /// - Throws: ``RelayError/postgres(call:message:sqlState:)`` naming
-  ///   `PQexecParams`, with the server's SQLSTATE.
+  /// - Throws: ``RelayError/postgres(call:message:sqlState:)`` with the
+  ///   server's SQLSTATE; ``RelayError/timedOut(call:seconds:)``;
+  ///   ``RelayError/stopped``.
   @discardableResult
   func execute(_ sql: String, _ parameters: [String?] = []) throws -> [[String?]] {
-    let result = try withCStrings(parameters) { pointers in
-      PQexecParams(connection, sql, Int32(parameters.count), nil, pointers, nil, nil, 0)
+    try run([Statement(sql, parameters)])[0]
+  }
+
+  /// Sends `statements` in one pipeline, one round trip, and returns each
+  /// one's rows. Outside an explicit transaction they form one implicit
+  /// transaction: a failure rolls back every one of them.
+  ///
+  /// - Throws: the first failing statement's error (the ones after it are
+  ///   not run); ``RelayError/timedOut(call:seconds:)`` when the server
+  ///   does not answer within the statement timeout plus the dead-link
+  ///   time (the connection is then unusable); ``RelayError/stopped``.
+  func run(_ statements: [Statement]) throws -> [[[String?]]] {
+    let deadline = ContinuousClock.now + timeouts.statement + timeouts.deadLink
+    for statement in statements {
+      let sent = try Self.withCStrings(statement.parameters) { pointers in
+        PQsendQueryParams(connection, statement.sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
+      }
+      guard sent == 1 else { throw failure("PQsendQueryParams") }
     }
-    guard let result else {
-      throw RelayError.postgres(
-        call: "PQexecParams", message: String(cString: PQerrorMessage(connection)), sqlState: nil)
-    }
-    defer { PQclear(result) }
-    let status = PQresultStatus(result)
-    guard status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK else {
-      let message = String(cString: PQresultErrorMessage(result))
-      let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
-      throw RelayError.postgres(
-        call: "PQexecParams", message: message.isEmpty ? String(cString: PQerrorMessage(connection)) : message,
-        sqlState: state)
-    }
-    let rowCount = PQntuples(result), columnCount = PQnfields(result)
-    var rows: [[String?]] = []
-    rows.reserveCapacity(Int(rowCount))
-    for row in 0..<rowCount {
-      var values: [String?] = []
-      values.reserveCapacity(Int(columnCount))
-      for column in 0..<columnCount {
-        if PQgetisnull(result, row, column) == 1 {
-          values.append(nil)
-        } else {
-          values.append(String(cString: PQgetvalue(result, row, column)))
+    guard PQpipelineSync(connection) == 1 else { throw failure("PQpipelineSync") }
+    try flush(until: deadline)
+    var results: [[[String?]]] = []
+    var firstError: RelayError?
+    for _ in statements {
+      var rows: [[String?]] = []
+      while let result = try nextResult(until: deadline) {
+        defer { PQclear(result) }
+        switch PQresultStatus(result) {
+        case PGRES_TUPLES_OK: rows = Self.rows(of: result)
+        case PGRES_COMMAND_OK, PGRES_PIPELINE_ABORTED: break
+        default: firstError = firstError ?? serverError(result)
         }
       }
-      rows.append(values)
+      results.append(rows)
     }
-    return rows
+    // The synchronisation point closes the batch; nothing follows it.
+    while true {
+      guard let result = try nextResult(until: deadline) else {
+        guard isConnected else { throw firstError ?? failure("PQgetResult") }
+        continue
+      }
+      let status = PQresultStatus(result)
+      if status != PGRES_PIPELINE_SYNC && status != PGRES_PIPELINE_ABORTED && status != PGRES_COMMAND_OK {
+        firstError = firstError ?? serverError(result)
+      }
+      PQclear(result)
+      if status == PGRES_PIPELINE_SYNC { break }
+    }
+    if let firstError { throw firstError }
+    return results
   }
 
   /// Runs `body` in a transaction: COMMIT when it returns, ROLLBACK when it
-  /// throws (a ROLLBACK that fails too is ignored: the connection is then
-  /// broken and the server rolls back itself).
+  /// throws (quietly: see ``rollBackQuietly()``).
   func transaction<T>(_ body: () throws -> T) throws -> T {
     try execute("BEGIN")
     do {
@@ -93,9 +169,16 @@ final class PostgresConnection: @unchecked Sendable {
       try execute("COMMIT")
       return result
     } catch {
-      _ = try? execute("ROLLBACK")
+      rollBackQuietly()
       throw error
     }
+  }
+
+  /// Rolls back an open transaction, if any, ignoring failures: a broken
+  /// connection is dropped by its owner, and the server rolls back then.
+  func rollBackQuietly() {
+    guard isConnected, isInTransaction else { return }
+    _ = try? execute("ROLLBACK")
   }
 
   /// Reads what the server sent and returns the notifications received
@@ -103,10 +186,7 @@ final class PostgresConnection: @unchecked Sendable {
   ///
   /// - Throws: naming `PQconsumeInput` when the connection broke.
   func notifications() throws -> [(channel: String, payload: String)] {
-    guard PQconsumeInput(connection) == 1 else {
-      throw RelayError.postgres(
-        call: "PQconsumeInput", message: String(cString: PQerrorMessage(connection)), sqlState: nil)
-    }
+    guard PQconsumeInput(connection) == 1 else { throw failure("PQconsumeInput") }
     var received: [(String, String)] = []
     while let notify = PQnotifies(connection) {
       received.append((String(cString: notify.pointee.relname), String(cString: notify.pointee.extra)))
@@ -115,7 +195,132 @@ final class PostgresConnection: @unchecked Sendable {
     return received
   }
 
-  private func withCStrings<R>(
+  // MARK: Waiting
+
+  /// Sends what libpq holds back; reads meanwhile, so a server that
+  /// answers while the client still sends never deadlocks the two.
+  private func flush(until deadline: ContinuousClock.Instant) throws {
+    while true {
+      let flushed = PQflush(connection)
+      if flushed == 0 { return }
+      guard flushed > 0 else { throw failure("PQflush") }
+      try wait(for: Int16(POLLIN | POLLOUT), until: deadline, call: "PQflush")
+      guard PQconsumeInput(connection) == 1 else { throw failure("PQconsumeInput") }
+    }
+  }
+
+  /// The next result of the pipeline (nil ends one statement's results),
+  /// waiting until libpq can give it without blocking.
+  private func nextResult(until deadline: ContinuousClock.Instant) throws -> OpaquePointer? {
+    while PQisBusy(connection) == 1 {
+      try wait(for: Int16(POLLIN), until: deadline, call: "PQgetResult")
+      guard PQconsumeInput(connection) == 1 else { throw failure("PQconsumeInput") }
+    }
+    return PQgetResult(connection)
+  }
+
+  /// Waits until the socket is ready for `events`, the deadline passes
+  /// (thrown as a timeout), or the stop signal rings (thrown as stopped).
+  private func wait(for events: Int16, until deadline: ContinuousClock.Instant, call: String) throws {
+    while true {
+      let remaining = deadline - ContinuousClock.now
+      guard remaining > .zero else {
+        throw RelayError.timedOut(call: call, seconds: (timeouts.statement + timeouts.deadLink).inSeconds)
+      }
+      var fds = [pollfd(fd: PQsocket(connection), events: events, revents: 0)]
+      let stopEnd = stop?.readEnd ?? -1
+      if stopEnd >= 0 { fds.append(pollfd(fd: stopEnd, events: Int16(POLLIN), revents: 0)) }
+      let ready = poll(&fds, nfds_t(fds.count), Int32(clamping: remaining.inMilliseconds))
+      if ready < 0 {
+        guard errno == EINTR else { throw RelayError.system(call: "poll", path: nil, errno: errno) }
+        continue
+      }
+      if fds.count > 1, fds[1].revents != 0 { throw RelayError.stopped }
+      if ready > 0, fds[0].revents != 0 { return }
+    }
+  }
+
+  // MARK: Errors and values
+
+  private func failure(_ call: String) -> RelayError {
+    RelayError.postgres(call: call, message: String(cString: PQerrorMessage(connection)), sqlState: nil)
+  }
+
+  private func serverError(_ result: OpaquePointer) -> RelayError {
+    let message = String(cString: PQresultErrorMessage(result))
+    let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+    return RelayError.postgres(
+      call: "PQgetResult", message: message.isEmpty ? String(cString: PQerrorMessage(connection)) : message,
+      sqlState: state)
+  }
+
+  private static func rows(of result: OpaquePointer) -> [[String?]] {
+    let rowCount = PQntuples(result), columnCount = PQnfields(result)
+    var rows: [[String?]] = []
+    rows.reserveCapacity(Int(rowCount))
+    for row in 0..<rowCount {
+      var values: [String?] = []
+      values.reserveCapacity(Int(columnCount))
+      for column in 0..<columnCount {
+        values.append(PQgetisnull(result, row, column) == 1 ? nil : String(cString: PQgetvalue(result, row, column)))
+      }
+      rows.append(values)
+    }
+    return rows
+  }
+
+  /// The connection's parameters: the conninfo's own, then the defaults
+  /// it (or libpq's environment) leaves unset; and how many hosts it names.
+  private static func parameters(
+    _ conninfo: String, timeouts: RelayTimeouts, applicationName: String?
+  ) throws -> ([(String, String)], Int) {
+    var message: UnsafeMutablePointer<CChar>?
+    guard let options = PQconninfoParse(conninfo, &message) else {
+      let text = message.map { String(cString: $0) } ?? "out of memory"
+      if let message { PQfreemem(message) }
+      throw RelayError.invalidConfiguration(
+        "the PostgreSQL connection string: \(text.trimmingCharacters(in: .whitespacesAndNewlines))")
+    }
+    defer { PQconninfoFree(options) }
+    var given: [(String, String)] = []
+    var fromEnvironment: Set<String> = []
+    var index = 0
+    while let keyword = options[index].keyword {
+      let name = String(cString: keyword)
+      if let value = options[index].val {
+        given.append((name, String(cString: value)))
+      } else if let variable = options[index].envvar, getenv(variable) != nil {
+        fromEnvironment.insert(name)
+      }
+      index += 1
+    }
+    let set = Set(given.map(\.0)).union(fromEnvironment)
+    var defaults = timeouts.clientParameters
+    if let applicationName { defaults.append(("application_name", applicationName)) }
+    let hosts = given.first { $0.0 == "host" || $0.0 == "hostaddr" }?.1 ?? ""
+    let hostCount = max(1, hosts.split(separator: ",").count)
+    return (given + defaults.filter { !set.contains($0.0) }, hostCount)
+  }
+
+  private static func withCStringArrays<R>(
+    _ pairs: [(String, String)], _ body: (UnsafePointer<UnsafePointer<CChar>?>, UnsafePointer<UnsafePointer<CChar>?>) -> R
+  ) -> R {
+    let keywords = pairs.map { strdup($0.0) } + [nil]
+    let values = pairs.map { strdup($0.1) } + [nil]
+    defer {
+      keywords.forEach { free($0) }
+      values.forEach { free($0) }
+    }
+    let constKeywords = keywords.map { $0.map { UnsafePointer($0) } }
+    let constValues = values.map { $0.map { UnsafePointer($0) } }
+    return constKeywords.withUnsafeBufferPointer { keywordBuffer in
+      constValues.withUnsafeBufferPointer { valueBuffer in
+        body(keywordBuffer.baseAddress!, valueBuffer.baseAddress!)
+      }
+    }
+  }
+
+  private static func withCStrings<R>(
     _ strings: [String?], _ body: ([UnsafePointer<CChar>?]) -> R
   ) throws -> R {
     var pointers: [UnsafeMutablePointer<CChar>?] = []

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import GroupSync
+import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -13,7 +14,10 @@ import Glibc
 /// wakes on local commits (a GroupSync listener), on NOTIFY from other
 /// hosts' relays, and on a timer; NOTIFY is only a hint, the log is always
 /// read from the applied place. A lost connection is retried with a
-/// growing delay while the host goes on working locally. For example:
+/// growing delay while the host goes on working locally. Every wait on the
+/// server is bounded (``RelayConfiguration/timeouts``): a dead link is
+/// noticed within seconds, and ``stop()`` returns at once in every state.
+/// For example:
 ///
 /// ```swift
 /// var configuration = RelayConfiguration(
@@ -48,10 +52,14 @@ public final class Relay: @unchecked Sendable {
   private var connection: PostgresConnection?
   private var needsRecovery = true
   private let wake: WakePipe
+  /// Rung once by ``stop()`` and never drained: every wait on the server
+  /// gives up when it rings.
+  private let stopSignal: WakePipe
+  private let failpoints = RelayFailpoints()
+  private let logger = Logger(label: "groupsync.relay")
   private var doorbell: Listener?
   private var fileLock: RelayLock?
   private var lastStatusWrite = ContinuousClock.now - .seconds(10)
-  private var shipmentsLeftBeforeKill: Int?
 
   /// Makes a relay; ``start()`` starts it.
   ///
@@ -69,18 +77,15 @@ public final class Relay: @unchecked Sendable {
     if let retention = configuration.retention, retention < 1 {
       throw RelayError.invalidConfiguration("retention \(retention): keep at least 1 entry")
     }
+    try configuration.timeouts.validate()
     self.configuration = configuration
     handler = onEvent
     wake = try WakePipe()
+    stopSignal = try WakePipe()
     (events, continuation) = AsyncStream.makeStream(of: RelayEvent.self, bufferingPolicy: .bufferingNewest(10_000))
     current = RelayStatus(
       host: configuration.host, group: configuration.group, processID: getpid(), isConnected: false, isLive: true,
       lastError: nil, updatedAtNanoseconds: 0, stores: [])
-    if let text = ProcessInfo.processInfo.environment["GROUPSYNC_RELAY_FAILPOINT"],
-      text.hasPrefix("kill-after-ship-commit:"), let count = Int(text.dropFirst("kill-after-ship-commit:".count))
-    {
-      shipmentsLeftBeforeKill = count
-    }
   }
 
   deinit {
@@ -117,7 +122,8 @@ public final class Relay: @unchecked Sendable {
       let store = name == "main" ? group.store : try group.store(named: name)
       return try ReplicaContext(
         store: store, storeName: name, group: configuration.group, host: configuration.host,
-        policy: configuration.policy, author: author, retention: configuration.retention, emit: emit)
+        policy: configuration.policy, author: author, retention: configuration.retention, stop: stopSignal,
+        failpoints: failpoints, emit: emit)
     }
     // Local commits ring the doorbell, straight from the watcher thread
     // that saw them; the change sets themselves are read from the history.
@@ -132,15 +138,17 @@ public final class Relay: @unchecked Sendable {
     thread.start()
   }
 
-  /// Stops the relay and waits for its thread: what it was doing finishes
-  /// or rolls back, its connection closes (the server frees its lock), its
-  /// status file says it is stopped. Safe to call more than once.
+  /// Stops the relay and waits for its thread, which abandons whatever it
+  /// waits for on the server at once (a transaction it had open rolls back
+  /// on the server), closes its connection (the server frees its lock) and
+  /// marks its status file stopped. Safe to call more than once.
   public func stop() {
     let started = lock.withLock { () -> Bool in
       stopping = true
       return thread != nil
     }
     guard started else { return }
+    stopSignal.ring()
     ringWake()
     finishedCondition.lock()
     while !finished { finishedCondition.wait() }
@@ -163,11 +171,16 @@ public final class Relay: @unchecked Sendable {
           try connect()
           delay = .milliseconds(50)
           lastError = nil
+          logger.info("connected to PostgreSQL as host '\(configuration.host)' of group '\(configuration.group)'")
           emit(.connected(host: configuration.host))
         } catch {
           connection = nil
+          if isStopping { break }
           let text = "\(error)"
-          if text != lastError { emit(.disconnected(reason: text)) }
+          if text != lastError {
+            logger.warning("not connected to PostgreSQL: \(text)")
+            emit(.disconnected(reason: text))
+          }
           lastError = text
           setError(text)
           refreshStatus(force: true)
@@ -181,17 +194,31 @@ public final class Relay: @unchecked Sendable {
         if lastError != nil { setError(nil) }
         lastError = nil
       } catch {
+        if isStopping { break }
         let text = "\(error)"
         let repeated = text == lastError
-        if !repeated { emit(.error(text)) }
         lastError = text
         setError(text)
         needsRecovery = true
-        if !(connection?.isConnected ?? false) || !Self.isLocal(error) {
-          // The connection broke (or is in doubt): drop it and reconnect.
+        let usable = (error as? RelayError)?.leavesConnectionUsable ?? false
+        if usable, let connection, connection.isConnected {
+          // The server refused one statement and rolled it back (a lock
+          // another host holds, a refused entry): keep the session, try
+          // again on the next pass.
+          connection.rollBackQuietly()
+          if !repeated {
+            logger.error("\(text)")
+            emit(.error(text))
+          }
+        } else {
+          // The link is dead or in doubt: drop the session (the server
+          // rolls back what it held) and reconnect.
           connection = nil
           setConnected(false)
-          if !repeated { emit(.disconnected(reason: text)) }
+          if !repeated {
+            logger.warning("lost the connection to PostgreSQL: \(text)")
+            emit(.disconnected(reason: text))
+          }
           refreshStatus(force: true)
           waitForWake(delay)
           delay = min(delay * 2, configuration.maximumReconnectDelay)
@@ -204,7 +231,8 @@ public final class Relay: @unchecked Sendable {
     shutDown()
   }
 
-  /// Errors that leave the connection sound.
+  /// Errors an entry meets on this host's store: the connection is sound,
+  /// and the other stores go on.
   private static func isLocal(_ error: any Error) -> Bool {
     switch error {
     case RelayError.schemaMismatch, RelayError.unsupportedTable: true
@@ -213,9 +241,10 @@ public final class Relay: @unchecked Sendable {
   }
 
   private func connect() throws {
-    let connection = try PostgresConnection(conninfo: configuration.conninfo)
-    // libpq prints NOTICEs ("relation already exists, skipping") on stderr.
-    try connection.execute("SET client_min_messages = warning")
+    let connection = try PostgresConnection(
+      conninfo: configuration.conninfo, timeouts: configuration.timeouts,
+      applicationName: "groupsync-relay \(configuration.host)", stop: stopSignal)
+    try LogSchema.configureSession(connection, timeouts: configuration.timeouts)
     try LogSchema.setUp(connection)
     try LogSchema.lockHost(connection, group: configuration.group, host: configuration.host)
     try connection.execute("LISTEN \(LogSchema.channel)")
@@ -232,13 +261,12 @@ public final class Relay: @unchecked Sendable {
       for context in contexts { try recover(context, connection) }
       needsRecovery = false
     }
+    // A store whose log diverged re-synchronises before anything ships, so
+    // that shipments carry positions the log holds.
+    for context in contexts where context.divergence != nil { try Applier(context: context).apply(connection) }
     for context in contexts {
       while try Shipper(context: context).ship(connection) {
-        if var left = shipmentsLeftBeforeKill {
-          left -= 1
-          shipmentsLeftBeforeKill = left
-          if left <= 0 { raise(SIGKILL) }
-        }
+        failpoints.shipmentCommitted()
         if isStopping { return }
       }
     }
@@ -257,25 +285,57 @@ public final class Relay: @unchecked Sendable {
     if let refused { throw refused }
   }
 
-  /// After a (re)connect: PostgreSQL may hold shipments whose local
-  /// bookkeeping a killed relay never wrote. Their rows take their
-  /// positions here and the shipped place moves to the log's.
+  /// After a (re)connect, this host's shipped place on the server and
+  /// here are compared:
+  /// - the server's is ahead: a relay killed after COMMIT never wrote its
+  ///   own bookkeeping. Those shipments' rows take their positions here
+  ///   and the shipped place moves to the server's.
+  /// - the server's is behind: the log lost shipments the server had
+  ///   acknowledged (a failover to a standby that had not received them,
+  ///   or a restored backup). The shipped place moves back to the
+  ///   server's, so that those change sets ship again from this store, and
+  ///   the next pass re-synchronises as after a divergence.
   private func recover(_ context: ReplicaContext, _ connection: PostgresConnection) throws {
     let keys: [String?] = [context.group, context.storeName, context.host]
-    try connection.execute(
-      "INSERT INTO gs_host(grp, store, host) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", keys)
-    try connection.execute(
-      "INSERT INTO gs_clock(grp, store) VALUES ($1, $2) ON CONFLICT DO NOTHING", [context.group, context.storeName])
-    let rows = try connection.execute(
-      "SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3", keys)
-    guard let shipped = rows.first.flatMap({ $0[0] }).flatMap({ Int64($0) }), shipped > context.place.shipped else {
+    let results = try connection.run([
+      .init("INSERT INTO gs_host(grp, store, host) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", keys),
+      .init("INSERT INTO gs_clock(grp, store) VALUES ($1, $2) ON CONFLICT DO NOTHING", [context.group, context.storeName]),
+      .init("SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3", keys),
+      .init(
+        """
+        SELECT k.seq, k.purged_through, c.origin_host, c.origin_seq FROM gs_clock k
+        LEFT JOIN gs_change c ON c.grp = k.grp AND c.store = k.store AND c.seq = $3
+        WHERE k.grp = $1 AND k.store = $2
+        """, [context.group, context.storeName, String(context.place.applied)]),
+    ])
+    if let clock = results[3].first, let head = clock[0].flatMap({ Int64($0) }) {
+      let found = clock[2].flatMap { host in clock[3].flatMap { Int64($0) }.map { EntryOrigin(host: host, sequence: $0) } }
+      context.divergence = Applier.divergence(
+        place: context.place, head: head, purged: clock[1].flatMap { Int64($0) } ?? 0, entryAtPlace: found)
+    }
+    let shipped = results[2].first.flatMap { $0[0] }.flatMap { Int64($0) } ?? 0
+    if shipped < context.place.lastShipment {
+      let lost = context.place.lastShipment
+      try context.store.write { db in
+        var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
+        place.shipped = shipped
+        place.lastShipment = shipped
+        try RowIdentityMap.setPlace(place, db, group: context.group, host: context.host)
+      }
+      context.place.shipped = shipped
+      context.place.lastShipment = shipped
+      context.divergence = context.divergence ??
+        "the log lost this host's shipments of local sequences \(shipped + 1)...\(lost) "
+        + "(a failover to a standby that had not received them, or a restored backup); they ship again"
+      logger.warning("store '\(context.storeName)': \(context.divergence ?? "")")
       return
     }
+    guard shipped > context.place.lastShipment else { return }
     let own = try connection.execute(
       """
       SELECT seq, body FROM gs_change WHERE grp = $1 AND store = $2 AND origin_host = $3 AND origin_seq > $4
       ORDER BY seq
-      """, keys + [String(context.place.shipped)])
+      """, keys + [String(context.place.lastShipment)])
     let entries = try own.compactMap { row -> (Int64, LogEntry)? in
       guard let position = row[0].flatMap({ Int64($0) }), let body = row[1] else { return nil }
       return (position, try LogEntry.decode(body, store: context.storeName, sequence: position))
@@ -284,13 +344,20 @@ public final class Relay: @unchecked Sendable {
       for (position, entry) in entries { try Shipper.recordWinners(entry, position: position, db) }
       var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
       place.shipped = max(place.shipped, shipped)
+      place.lastShipment = shipped
       try RowIdentityMap.setPlace(place, db, group: context.group, host: context.host)
     }
-    context.place.shipped = shipped
+    context.place.shipped = max(context.place.shipped, shipped)
+    context.place.lastShipment = shipped
   }
 
-  /// Waits for a local commit, a notification or `timeout`.
+  /// Waits for a local commit, a notification or `timeout`. A
+  /// notification libpq already read (while a statement ran) counts at
+  /// once: the socket will not show it again.
   private func waitForWake(_ timeout: Duration) {
+    if let connection, connection.isConnected, let queued = try? connection.notifications(), !queued.isEmpty {
+      return
+    }
     var fds = [pollfd(fd: wake.readEnd, events: Int16(POLLIN), revents: 0)]
     if let connection, connection.isConnected, connection.socket >= 0 {
       fds.append(pollfd(fd: connection.socket, events: Int16(POLLIN), revents: 0))
@@ -303,9 +370,11 @@ public final class Relay: @unchecked Sendable {
       do {
         _ = try connection.notifications()
       } catch {
+        logger.warning("lost the connection to PostgreSQL: \(error)")
         emit(.disconnected(reason: "\(error)"))
         self.connection = nil
         setConnected(false)
+        needsRecovery = true
       }
     }
   }
@@ -320,6 +389,7 @@ public final class Relay: @unchecked Sendable {
     contexts = []
     group = nil
     wake.close()
+    stopSignal.close()
     fileLock?.release()
     finishedCondition.lock()
     finished = true

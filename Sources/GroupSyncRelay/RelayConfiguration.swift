@@ -23,6 +23,10 @@ public struct RelayConfiguration: Sendable {
   /// The longest wait between reconnection attempts (the wait doubles
   /// from 50 ms up to it).
   public var maximumReconnectDelay: Duration
+  /// How long the relay waits on PostgreSQL, at most, for each thing: see
+  /// ``RelayTimeouts`` for the defaults (a dead link is noticed within
+  /// about 6 s, a host cut off mid-shipment holds the others 2 s at most).
+  public var timeouts: RelayTimeouts
 
   public init(folder: String, conninfo: String, group: String? = nil, host: String? = nil) {
     self.folder = folder
@@ -34,5 +38,6 @@ public struct RelayConfiguration: Sendable {
     retention = nil
     pollInterval = .seconds(1)
     maximumReconnectDelay = .seconds(2)
+    timeouts = RelayTimeouts()
   }
 }

@@ -20,8 +20,31 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
   case invalidEntry(store: String, sequence: Int64, reason: String)
   /// A system call failed.
   case system(call: String, path: String?, errno: Int32)
-  /// A setting is not acceptable (host or group name, retention).
+  /// A setting is not acceptable (host or group name, retention,
+  /// timeouts, the connection string).
   case invalidConfiguration(String)
+  /// PostgreSQL did not answer `call` within `seconds` (the statement
+  /// timeout plus the dead-link time, or the connect timeout per host):
+  /// the link or the server is taken for dead and the connection dropped.
+  case timedOut(call: String, seconds: Double)
+  /// The relay is stopping: the call was abandoned.
+  case stopped
+
+  /// Whether the connection stays usable after this error: the server
+  /// refused one statement (a lock or statement timeout, a serialization
+  /// failure, a constraint) and rolled back, or the relay refused an
+  /// entry (for what this host holds, or as unreadable). Anything else
+  /// drops the connection.
+  var leavesConnectionUsable: Bool {
+    switch self {
+    case .schemaMismatch, .unsupportedTable, .invalidEntry: true
+    case .postgres(_, _, let state?):
+      // Class 08 is a connection exception, 57P0x the server shutting the
+      // session down, XX000 an internal error: start over.
+      !state.hasPrefix("08") && !state.hasPrefix("57P") && state != "XX000"
+    default: false
+    }
+  }
 
   public var description: String {
     switch self {
@@ -44,6 +67,10 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
       return path.map { "\(call)(\($0)) failed: \(detail)" } ?? "\(call) failed: \(detail)"
     case .invalidConfiguration(let text):
       return "invalid relay configuration: \(text)"
+    case .timedOut(let call, let seconds):
+      return "\(call): no answer from PostgreSQL in \(String(format: "%.0f", seconds)) s; the link is taken for dead"
+    case .stopped:
+      return "the relay is stopping"
     }
   }
 }

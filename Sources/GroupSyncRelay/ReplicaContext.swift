@@ -25,11 +25,18 @@ final class ReplicaContext: @unchecked Sendable {
   /// The log's last position as last read, and its purge horizon.
   var logHead: Int64 = 0
   var conflicts: Int64 = 0
+  /// Set when the log lost this host's shipments (found on connecting):
+  /// the next pass re-synchronises as after a divergence.
+  var divergence: String?
   let emit: @Sendable (RelayEvent) -> Void
+  /// Rung once the relay stops (waits give up).
+  let stop: WakePipe?
+  let failpoints: RelayFailpoints
 
   init(
     store: Store, storeName: String, group: String, host: String, policy: ConflictPolicy, author: String,
-    retention: Int64?, emit: @escaping @Sendable (RelayEvent) -> Void
+    retention: Int64?, stop: WakePipe? = nil, failpoints: RelayFailpoints = RelayFailpoints(nil),
+    emit: @escaping @Sendable (RelayEvent) -> Void
   ) throws {
     self.store = store
     self.storeName = storeName
@@ -39,6 +46,8 @@ final class ReplicaContext: @unchecked Sendable {
     self.author = author
     self.retention = retention
     self.emit = emit
+    self.stop = stop
+    self.failpoints = failpoints
     place = try store.write { db in
       try RowIdentityMap.setUp(db)
       return try RowIdentityMap.place(db, group: group, host: host)
@@ -63,6 +72,15 @@ final class ReplicaContext: @unchecked Sendable {
       if everything || wholeTables.contains(table) { return true }
       guard let rowID else { return false }
       return rows[table]?.contains(rowID) ?? false
+    }
+
+    /// Whether this host's change to the row `mapping` names waits to ship
+    /// (so a remote image of it is held, to be settled against that
+    /// change). A row it has not (a tombstone) is never held: a table
+    /// shipped whole ships only the rows the host has.
+    func holds(_ mapping: RowIdentityMap.Entry?, table: String) -> Bool {
+      guard let rowID = mapping?.rowID else { return false }
+      return isDirty(table: table, rowID: rowID)
     }
   }
 

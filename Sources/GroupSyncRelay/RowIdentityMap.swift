@@ -7,13 +7,20 @@ import GRDB
 /// tables, commits a change set (author `groupsync-relay@HOST`) and no
 /// listener mistakes it for a foreign writer. They are never replicated.
 ///
-/// - `gs_relay_row(tbl, gid, local_rowid, pos)`: each replicated
-///   row's global ID and its rowid here (NULL once deleted: a tombstone,
-///   so the ID is never reused), and `pos`, the log position of the image
-///   the row holds here (0: written here, never shipped).
-/// - `gs_relay_state(grp, host, shipped, applied)`: the last local
-///   sequence shipped and the last log position applied. `applied` is
-///   written in the same transaction as the rows it applied.
+/// - `gs_relay_row(tbl, gid, local_rowid, pos, former_rowid)`: each
+///   replicated row's global ID and its rowid here (NULL once deleted: a
+///   tombstone, so the ID is never reused), `pos`, the log position of the
+///   image the row holds here (0: written here, never shipped), and a
+///   tombstone's last rowid (so that a deletion which must ship again,
+///   after the log lost it, still finds its global ID).
+/// - `gs_relay_state(grp, host, shipped, applied, last_shipment,
+///   applied_origin, applied_origin_seq)`: the last local sequence shipped
+///   (or skipped: the relay's own writes), the last log position applied,
+///   the local sequence the last entry shipped from here covered, and the
+///   origin of the entry at the applied position (to tell, after a
+///   failover, whether the log still holds what this host shipped and
+///   applied).
+///   `applied` is written in the same transaction as the rows it applied.
 enum RowIdentityMap {
   static let rowTable = "gs_relay_row"
   static let stateTable = "gs_relay_state"
@@ -21,37 +28,85 @@ enum RowIdentityMap {
   static func setUp(_ db: Database) throws {
     try db.execute(sql: """
       CREATE TABLE IF NOT EXISTS \(rowTable) (
-        tbl TEXT NOT NULL, gid TEXT NOT NULL, local_rowid INTEGER, pos INTEGER NOT NULL,
+        tbl TEXT NOT NULL, gid TEXT NOT NULL, local_rowid INTEGER, pos INTEGER NOT NULL, former_rowid INTEGER,
         PRIMARY KEY (tbl, gid));
       CREATE UNIQUE INDEX IF NOT EXISTS \(rowTable)_local ON \(rowTable)(tbl, local_rowid);
       CREATE TABLE IF NOT EXISTS \(stateTable) (
         grp TEXT NOT NULL, host TEXT NOT NULL, shipped INTEGER NOT NULL, applied INTEGER NOT NULL,
+        last_shipment INTEGER NOT NULL DEFAULT 0, applied_origin TEXT, applied_origin_seq INTEGER,
         PRIMARY KEY (grp, host));
       """)
+    // Stores set up before these were kept.
+    if !(try db.columns(in: rowTable).contains { $0.name == "former_rowid" }) {
+      try db.execute(sql: "ALTER TABLE \(rowTable) ADD COLUMN former_rowid INTEGER")
+    }
+    try db.execute(sql: "CREATE INDEX IF NOT EXISTS \(rowTable)_former ON \(rowTable)(tbl, former_rowid)")
+    let columns = Set(try db.columns(in: stateTable).map(\.name))
+    if !columns.contains("applied_origin") {
+      try db.execute(sql: """
+        ALTER TABLE \(stateTable) ADD COLUMN last_shipment INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE \(stateTable) ADD COLUMN applied_origin TEXT;
+        ALTER TABLE \(stateTable) ADD COLUMN applied_origin_seq INTEGER;
+        """)
+    }
   }
 
   struct Place: Sendable, Equatable {
     var shipped: Int64
     var applied: Int64
+    /// The local sequence the last entry shipped from here covered (the
+    /// server's `gs_host.shipped_seq` once that entry committed).
+    var lastShipment: Int64 = 0
+    /// The origin of the entry at `applied` (nil: none applied yet, or a
+    /// store set up before it was kept).
+    var appliedOrigin: EntryOrigin? = nil
   }
 
   static func place(_ db: Database, group: String, host: String) throws -> Place {
     let row = try Row.fetchOne(
-      db, sql: "SELECT shipped, applied FROM \(stateTable) WHERE grp = ? AND host = ?", arguments: [group, host])
-    return row.map { Place(shipped: $0[0], applied: $0[1]) } ?? Place(shipped: 0, applied: 0)
+      db, sql: """
+        SELECT shipped, applied, last_shipment, applied_origin, applied_origin_seq FROM \(stateTable)
+        WHERE grp = ? AND host = ?
+        """, arguments: [group, host])
+    guard let row else { return Place(shipped: 0, applied: 0) }
+    let host: String? = row[3], sequence: Int64? = row[4]
+    let origin = host.flatMap { host in sequence.map { EntryOrigin(host: host, sequence: $0) } }
+    return Place(shipped: row[0], applied: row[1], lastShipment: row[2], appliedOrigin: origin)
   }
 
   static func setPlace(_ place: Place, _ db: Database, group: String, host: String) throws {
     try db.cachedStatement(sql: """
-      INSERT INTO \(stateTable)(grp, host, shipped, applied) VALUES (?, ?, ?, ?)
-      ON CONFLICT(grp, host) DO UPDATE SET shipped = excluded.shipped, applied = excluded.applied
-      """).execute(arguments: [group, host, place.shipped, place.applied])
+      INSERT INTO \(stateTable)(grp, host, shipped, applied, last_shipment, applied_origin, applied_origin_seq)
+      VALUES (?, ?, ?, ?, ?, ?, ?)
+      ON CONFLICT(grp, host) DO UPDATE SET shipped = excluded.shipped, applied = excluded.applied,
+        last_shipment = excluded.last_shipment, applied_origin = excluded.applied_origin,
+        applied_origin_seq = excluded.applied_origin_seq
+      """).execute(arguments: [
+        group, host, place.shipped, place.applied, place.lastShipment, place.appliedOrigin?.host,
+        place.appliedOrigin?.sequence,
+      ])
+  }
+
+  /// Forgets every row's log position (after the log lost entries, the
+  /// positions recorded here may name entries it no longer holds).
+  static func forgetPositions(_ db: Database) throws {
+    try db.execute(sql: "UPDATE \(rowTable) SET pos = 0 WHERE pos <> 0")
+  }
+
+  /// The largest rowid of `table` a live global ID maps to: a row deleted
+  /// here keeps its mapping until the deletion ships, and its rowid must
+  /// not be given to another row before.
+  static func largestMappedRowID(_ db: Database, table: String) throws -> Int64? {
+    try Int64.fetchOne(
+      db.cachedStatement(sql: "SELECT max(local_rowid) FROM \(rowTable) WHERE tbl = ?"), arguments: [table])
   }
 
   struct Entry: Sendable, Equatable {
     var gid: String
     var rowID: Int64?
     var position: Int64
+    /// A tombstone's last rowid here (nil for a live row).
+    var formerRowID: Int64? = nil
   }
 
   static func entry(_ db: Database, table: String, rowID: Int64) throws -> Entry? {
@@ -63,9 +118,20 @@ enum RowIdentityMap {
 
   static func entry(_ db: Database, table: String, gid: String) throws -> Entry? {
     try Row.fetchOne(
-      db.cachedStatement(sql: "SELECT local_rowid, pos FROM \(rowTable) WHERE tbl = ? AND gid = ?"),
+      db.cachedStatement(sql: "SELECT local_rowid, pos, former_rowid FROM \(rowTable) WHERE tbl = ? AND gid = ?"),
       arguments: [table, gid]
-    ).map { Entry(gid: gid, rowID: $0[0], position: $0[1]) }
+    ).map { Entry(gid: gid, rowID: $0[0], position: $0[1], formerRowID: $0[2]) }
+  }
+
+  /// The newest tombstone whose row had `rowID` here.
+  static func tombstone(_ db: Database, table: String, formerRowID rowID: Int64) throws -> Entry? {
+    try Row.fetchOne(
+      db.cachedStatement(sql: """
+        SELECT gid, pos FROM \(rowTable) WHERE tbl = ? AND former_rowid = ? AND local_rowid IS NULL
+        ORDER BY rowid DESC LIMIT 1
+        """),
+      arguments: [table, rowID]
+    ).map { Entry(gid: $0[0], rowID: nil, position: $0[1], formerRowID: rowID) }
   }
 
   /// Every live mapping of `table`: rowid → entry.
@@ -90,17 +156,26 @@ enum RowIdentityMap {
         """).execute(arguments: [table, rowID, entry.gid])
     }
     try db.cachedStatement(sql: """
-      INSERT INTO \(rowTable)(tbl, gid, local_rowid, pos) VALUES (?, ?, ?, ?)
-      ON CONFLICT(tbl, gid) DO UPDATE SET local_rowid = excluded.local_rowid, pos = excluded.pos
-      """).execute(arguments: [table, entry.gid, entry.rowID, entry.position])
+      INSERT INTO \(rowTable)(tbl, gid, local_rowid, pos, former_rowid) VALUES (?, ?, ?, ?, ?)
+      ON CONFLICT(tbl, gid) DO UPDATE SET local_rowid = excluded.local_rowid, pos = excluded.pos,
+        former_rowid = CASE WHEN excluded.local_rowid IS NULL THEN coalesce(local_rowid, former_rowid) END
+      """).execute(arguments: [table, entry.gid, entry.rowID, entry.position, entry.formerRowID])
   }
 
   /// Raises the position of `gid` to `position` (never lowers it).
   static func raisePosition(_ db: Database, table: String, gid: String, to position: Int64, deleted: Bool) throws {
     try db.cachedStatement(sql: """
-      UPDATE \(rowTable) SET pos = max(pos, ?),
-        local_rowid = CASE WHEN ? THEN NULL ELSE local_rowid END
-      WHERE tbl = ? AND gid = ?
+      UPDATE \(rowTable) SET pos = max(pos, ?1),
+        former_rowid = CASE WHEN ?2 THEN coalesce(local_rowid, former_rowid) ELSE former_rowid END,
+        local_rowid = CASE WHEN ?2 THEN NULL ELSE local_rowid END
+      WHERE tbl = ?3 AND gid = ?4
       """).execute(arguments: [position, deleted, table, gid])
   }
+}
+
+/// Which host shipped a log entry, and as which of its local sequences:
+/// the entry's identity, whatever position it holds.
+struct EntryOrigin: Sendable, Equatable {
+  let host: String
+  let sequence: Int64
 }

@@ -105,109 +105,149 @@ struct Shipper {
     case alreadyShipped(shipped: Int64)
   }
 
+  /// One shipment, in two round trips, so that the store's clock row is
+  /// never locked while the server waits for this host:
+  ///
+  /// 1. `BEGIN`, lock this host's row of `gs_host` (its shipped place) and
+  ///    the rows of `gs_row` the shipment writes, and read their images;
+  /// 2. settle each image against them here, then in one statement take
+  ///    the next position (`UPDATE gs_clock … RETURNING seq`: the row lock
+  ///    orders shippers, so positions are gapless and in commit order),
+  ///    record the winners, append the entry and its conflicts, move the
+  ///    shipped place, purge what retention lets go and ring the doorbell;
+  ///    `COMMIT` in the same pipeline.
+  ///
+  /// The server runs the second batch through COMMIT without waiting for
+  /// the client: a host cut off or frozen at any instant holds no clock
+  /// lock, and the row locks of step 1 at most until the server's
+  /// `idle_in_transaction_session_timeout` ends its session.
   private func send(_ plan: Plan, _ connection: PostgresConnection) throws -> Outcome {
     let context = self.context
-    let keys: [String?] = [context.group, context.storeName]
+    let keys: [String?] = [context.group, context.storeName, context.host]
+    let targets = plan.tables.flatMap { table in table.rows.map { (table: table.name, gid: $0.gid) } }
     do {
-      return try shipTransaction(plan, connection, keys: keys)
-    } catch let already as AlreadyShipped {
-      return .alreadyShipped(shipped: already.shipped)
-    }
-  }
-
-  /// Thrown inside the shipping transaction to roll it back.
-  private struct AlreadyShipped: Error {
-    let shipped: Int64
-  }
-
-  private func shipTransaction(_ plan: Plan, _ connection: PostgresConnection, keys: [String?]) throws -> Outcome {
-    let context = self.context
-    return try connection.transaction {
-      // gs_host's and gs_clock's rows exist: Relay.recover makes them on
-      // every connect. One round trip locks this host's row, reads its
-      // shipped place, and takes the next position: the clock row's lock
-      // orders this shipment among all shippers of the store until COMMIT,
-      // so positions are gapless and in commit order. (Already shipped: the
-      // ROLLBACK undoes the increment.)
-      let clock = try connection.execute(
-        """
-        WITH host AS (
-          SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3 FOR UPDATE)
-        UPDATE gs_clock SET seq = seq + 1 WHERE grp = $1 AND store = $2
-        RETURNING seq, (SELECT shipped_seq FROM host)
-        """, keys + [context.host])
-      guard let text = clock.first?[0] ?? nil, let position = Int64(text) else {
-        throw RelayError.invalidEntry(store: context.storeName, sequence: 0, reason: "gs_clock returned no position")
+      let opening = try connection.run([
+        .init("BEGIN"),
+        .init("SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3 FOR UPDATE", keys),
+        .init(
+          """
+          SELECT r.tbl, r.gid, r.seq, r.origin_host, r.columns, r.data
+          FROM gs_row r JOIN unnest($3::text[], $4::text[]) AS w(tbl, gid) ON r.tbl = w.tbl AND r.gid = w.gid
+          WHERE r.grp = $1 AND r.store = $2 ORDER BY r.tbl, r.gid FOR UPDATE OF r
+          """,
+          [context.group, context.storeName, PostgresArray.literal(targets.map(\.table)),
+           PostgresArray.literal(targets.map(\.gid))]),
+      ])
+      let shippedPlace = opening[1].first.flatMap { $0[0] }.flatMap { Int64($0) } ?? 0
+      if shippedPlace >= plan.through {
+        connection.rollBackQuietly()
+        return .alreadyShipped(shipped: shippedPlace)
       }
-      let shippedPlace = clock.first.flatMap { $0[1] }.flatMap { Int64($0) } ?? 0
-      if shippedPlace >= plan.through { throw AlreadyShipped(shipped: shippedPlace) }
+      var current: [RowKey: CurrentImage] = [:]
+      for row in opening[2] {
+        guard let table = row[0], let gid = row[1], let seq = row[2].flatMap({ Int64($0) }), let host = row[3],
+          let columns = row[4]
+        else { continue }
+        current[RowKey(table: table, gid: gid)] = CurrentImage(seq: seq, host: host, columns: columns, data: row[5])
+      }
       var entry = LogEntry(tables: [], conflicts: [], notes: plan.notes.isEmpty ? nil : plan.notes)
+      var winners: [Winner] = []
       for table in plan.tables {
-        let resolved = try settle(table, position: position, connection: connection, conflicts: &entry.conflicts)
+        let resolved = try settle(table, current: current, conflicts: &entry.conflicts, winners: &winners)
         if !resolved.rows.isEmpty { entry.tables.append(resolved) }
       }
-      let body = try entry.encoded()
-      for conflict in entry.conflicts {
-        let record = String(decoding: try JSONEncoder().encode(conflict), as: UTF8.self)
-        try connection.execute(
+      let conflictRecords = try entry.conflicts.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
+      context.failpoints.stallInShipment(stop: context.stop, carriesRows: !plan.tables.isEmpty)
+      let closing = try connection.run([
+        .init(
           """
-          INSERT INTO gs_conflict(grp, store, seq, tbl, gid, rule, winner_host, loser_host, record)
-          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+          WITH clock AS (
+            UPDATE gs_clock SET seq = seq + 1,
+              purged_through = CASE WHEN $6::bigint IS NULL THEN purged_through
+                                    ELSE greatest(purged_through, seq + 1 - $6::bigint) END
+            WHERE grp = $1 AND store = $2 RETURNING seq, purged_through),
+          rows AS (
+            INSERT INTO gs_row(grp, store, tbl, gid, seq, origin_host, columns, data)
+            SELECT $1, $2, w.tbl, w.gid, clock.seq, $3, w.columns, w.data
+            FROM clock, unnest($7::text[], $8::text[], $9::text[], $10::text[]) AS w(tbl, gid, columns, data)
+            ON CONFLICT (grp, store, tbl, gid) DO UPDATE SET seq = excluded.seq,
+              origin_host = excluded.origin_host, columns = excluded.columns, data = excluded.data),
+          entry AS (
+            INSERT INTO gs_change(grp, store, seq, origin_host, origin_seq, body)
+            SELECT $1, $2, clock.seq, $3, $4::bigint, $5 FROM clock),
+          conflicts AS (
+            INSERT INTO gs_conflict(grp, store, seq, tbl, gid, rule, winner_host, loser_host, record)
+            SELECT $1, $2, clock.seq, c.tbl, c.gid, c.rule, c.winner, c.loser, c.record
+            FROM clock, unnest($11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[])
+              AS c(tbl, gid, rule, winner, loser, record)),
+          place AS (
+            UPDATE gs_host SET shipped_seq = $4::bigint, seen_at = now() WHERE grp = $1 AND store = $2 AND host = $3),
+          purge AS (
+            DELETE FROM gs_change WHERE grp = $1 AND store = $2 AND seq <= (SELECT purged_through FROM clock))
+          SELECT seq, pg_notify($17, $1 || '/' || $2 || ':' || seq) FROM clock
           """,
-          keys + [String(position), conflict.table, conflict.gid, conflict.rule, conflict.winnerHost,
-                  conflict.loserHost, record])
+          keys + [
+            String(plan.through), try entry.encoded(), context.retention.map { String($0) },
+            PostgresArray.literal(winners.map(\.table)), PostgresArray.literal(winners.map(\.gid)),
+            PostgresArray.literal(winners.map(\.columns)), PostgresArray.literal(winners.map(\.data)),
+            PostgresArray.literal(entry.conflicts.map(\.table)), PostgresArray.literal(entry.conflicts.map(\.gid)),
+            PostgresArray.literal(entry.conflicts.map(\.rule)),
+            PostgresArray.literal(entry.conflicts.map(\.winnerHost)),
+            PostgresArray.literal(entry.conflicts.map(\.loserHost)), PostgresArray.literal(conflictRecords),
+            LogSchema.channel,
+          ]),
+        .init("COMMIT"),
+      ])
+      guard let position = closing[0].first.flatMap({ $0[0] }).flatMap({ Int64($0) }) else {
+        throw RelayError.invalidEntry(store: context.storeName, sequence: 0, reason: "gs_clock returned no position")
       }
-      // The entry, the shipped place, the purge of what retention lets go
-      // and the doorbell, in one round trip (data-modifying WITH clauses
-      // run whether or not the final SELECT reads them).
-      let horizon = context.retention.map { position - $0 } ?? 0
-      try connection.execute(
-        """
-        WITH entry AS (
-          INSERT INTO gs_change(grp, store, seq, origin_host, origin_seq, body) VALUES ($1, $2, $3, $4, $5, $6)),
-        place AS (
-          UPDATE gs_host SET shipped_seq = $5, seen_at = now() WHERE grp = $1 AND store = $2 AND host = $4),
-        purge AS (
-          DELETE FROM gs_change WHERE grp = $1 AND store = $2 AND seq <= $7),
-        horizon AS (
-          UPDATE gs_clock SET purged_through = $7 WHERE grp = $1 AND store = $2 AND purged_through < $7)
-        SELECT pg_notify($8, $9)
-        """,
-        keys + [String(position), context.host, String(plan.through), body, String(horizon), LogSchema.channel,
-                "\(context.group)/\(context.storeName):\(position)"])
+      for index in entry.conflicts.indices { entry.conflicts[index].sequence = position }
       return .shipped(position: position, entry: entry)
+    } catch {
+      connection.rollBackQuietly()
+      throw error
     }
+  }
+
+  /// A row of `gs_row`, by table and global ID.
+  private struct RowKey: Hashable {
+    let table: String
+    let gid: String
+  }
+
+  /// A row's current image in `gs_row`: the position and host that wrote
+  /// it, its columns (a JSON array) and values (JSON; nil: deleted).
+  private struct CurrentImage {
+    let seq: Int64
+    let host: String
+    let columns: String
+    let data: String?
+  }
+
+  /// An image that goes into `gs_row` as the row's current one.
+  private struct Winner {
+    let table: String
+    let gid: String
+    let columns: String
+    let data: String?
   }
 
   /// Settles one table's images against the rows' current images in
-  /// `gs_row` (locked), records the winners there, and returns the images
-  /// every host is to apply.
+  /// `gs_row` (locked), collects the winners to record there, and returns
+  /// the images every host is to apply. Conflicts get the entry's position
+  /// once the server has assigned it.
   private func settle(
-    _ table: TableImage, position: Int64, connection: PostgresConnection, conflicts: inout [ConflictRecord]
+    _ table: TableImage, current: [RowKey: CurrentImage], conflicts: inout [ConflictRecord], winners: inout [Winner]
   ) throws -> TableImage {
     let context = self.context
-    let keys: [String?] = [context.group, context.storeName, table.name]
-    var current: [String: (seq: Int64, host: String, columns: String, data: String?)] = [:]
-    let rows = try connection.execute(
-      """
-      SELECT gid, seq, origin_host, columns, data FROM gs_row
-      WHERE grp = $1 AND store = $2 AND tbl = $3 AND gid = ANY($4::text[]) FOR UPDATE
-      """, keys + [PostgresArray.literal(table.rows.map(\.gid))])
-    for row in rows {
-      guard let gid = row[0], let seq = row[1].flatMap({ Int64($0) }), let host = row[2], let columns = row[3] else {
-        continue
-      }
-      current[gid] = (seq, host, columns, row[4])
-    }
     let columnsJSON = String(decoding: try JSONEncoder().encode(table.columns), as: UTF8.self)
     var resolved = table
     resolved.rows = []
-    var winners: [(gid: String, data: String?)] = []
     for image in table.rows {
       let data = try image.values.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
-      guard let now = current[image.gid], now.seq > image.base else {
+      guard let now = current[RowKey(table: table.name, gid: image.gid)], now.seq > image.base else {
         resolved.rows.append(image)
-        winners.append((image.gid, data))
+        winners.append(Winner(table: table.name, gid: image.gid, columns: columnsJSON, data: data))
         continue
       }
       // The row moved on in the log since the image this host wrote on.
@@ -229,13 +269,13 @@ struct Shipper {
         continue
       }
       var record = ConflictRecord(
-        store: context.storeName, table: table.name, gid: image.gid, sequence: position, columns: table.columns,
+        store: context.storeName, table: table.name, gid: image.gid, sequence: 0, columns: table.columns,
         winnerHost: context.host, winnerValues: image.values, loserHost: now.host, loserValues: theirs,
         rule: context.policy.rawValue)
       switch context.policy {
       case .lastWriterWins:
         resolved.rows.append(image)
-        winners.append((image.gid, data))
+        winners.append(Winner(table: table.name, gid: image.gid, columns: columnsJSON, data: data))
       case .firstWriterWins:
         record.winnerHost = now.host
         record.winnerValues = theirs
@@ -246,17 +286,6 @@ struct Shipper {
           RowImage(gid: image.gid, rowID: image.rowID, base: now.seq, values: theirs, lost: true))
       }
       conflicts.append(record)
-    }
-    if !winners.isEmpty {
-      try connection.execute(
-        """
-        INSERT INTO gs_row(grp, store, tbl, gid, seq, origin_host, columns, data)
-        SELECT $1, $2, $3, w.gid, $4, $5, $6, w.data FROM unnest($7::text[], $8::text[]) AS w(gid, data)
-        ON CONFLICT (grp, store, tbl, gid) DO UPDATE
-          SET seq = excluded.seq, origin_host = excluded.origin_host, columns = excluded.columns, data = excluded.data
-        """,
-        keys + [String(position), context.host, columnsJSON, PostgresArray.literal(winners.map(\.gid)),
-                PostgresArray.literal(winners.map(\.data))])
     }
     return resolved
   }
@@ -278,9 +307,11 @@ struct Shipper {
         try Self.recordWinners(entry, position: position, db)
         var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
         place.shipped = max(place.shipped, plan.through)
+        place.lastShipment = plan.through
         try RowIdentityMap.setPlace(place, db, group: context.group, host: context.host)
       }
       context.place.shipped = max(context.place.shipped, plan.through)
+      context.place.lastShipment = plan.through
       context.conflicts += Int64(entry.conflicts.count)
       context.emit(
         .shipped(

@@ -76,17 +76,43 @@ struct TableShape: Sendable, Equatable {
     }
   }
 
-  /// Inserts a row with a fresh local rowid; returns it.
+  /// Inserts a row under a fresh local rowid, above every rowid the table
+  /// holds and every rowid a global ID still maps to; returns it.
+  ///
+  /// SQLite would give the new row the largest rowid plus one, which may be
+  /// the rowid of a row deleted here whose deletion has not shipped yet: the
+  /// shipper, which names changed rows by rowid, would then ship this row's
+  /// image for the deleted row's global ID, and the deletion would be lost.
   func insert(_ db: Database, columns shipped: [String], values: [RowValue]) throws -> Int64 {
-    if shipped.isEmpty {
-      try db.execute(sql: "INSERT INTO \(quotedName) DEFAULT VALUES")
-    } else {
-      let names = shipped.map(\.quotedDatabaseIdentifier).joined(separator: ", ")
-      let marks = Array(repeating: "?", count: shipped.count).joined(separator: ", ")
-      try db.cachedStatement(sql: "INSERT INTO \(quotedName)(\(names)) VALUES (\(marks))")
-        .execute(arguments: StatementArguments(values.map(\.databaseValue)))
+    let rowID = try freshRowID(db)
+    let names = ([rowIDName] + shipped.map(\.quotedDatabaseIdentifier)).joined(separator: ", ")
+    let marks = Array(repeating: "?", count: shipped.count + 1).joined(separator: ", ")
+    try db.cachedStatement(sql: "INSERT INTO \(quotedName)(\(names)) VALUES (\(marks))")
+      .execute(arguments: StatementArguments([rowID.databaseValue] + values.map(\.databaseValue)))
+    return rowID
+  }
+
+  /// A rowid no row of the table and no live global ID holds.
+  ///
+  /// - Throws: ``RelayError/invalidEntry(store:sequence:reason:)`` when the
+  ///   largest rowid is taken (2^63 - 1): SQLite would pick a random free
+  ///   one, which might be a deleted row's that has not shipped yet.
+  private func freshRowID(_ db: Database) throws -> Int64 {
+    let largestHere = try Int64.fetchOne(db.cachedStatement(sql: "SELECT max(rowid) FROM \(quotedName)")) ?? 0
+    let largestMapped = try RowIdentityMap.largestMappedRowID(db, table: name) ?? 0
+    let largest = max(largestHere, largestMapped)
+    guard largest < Int64.max else {
+      throw RelayError.invalidEntry(
+        store: "", sequence: 0, reason: "table '\(name)' holds rowid \(Int64.max): no rowid above it is left")
     }
-    return db.lastInsertedRowID
+    return max(largest, 0) + 1
+  }
+
+  /// A name for the rowid that no column of the table takes.
+  private var rowIDName: String {
+    if let rowIDColumn { return rowIDColumn.quotedDatabaseIdentifier }
+    let taken = Set(columns.map { $0.lowercased() })
+    return ["rowid", "_rowid_", "oid"].first { !taken.contains($0) } ?? "rowid"
   }
 
   func update(_ db: Database, rowID: Int64, columns shipped: [String], values: [RowValue]) throws {

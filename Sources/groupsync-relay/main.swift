@@ -39,6 +39,9 @@ struct RelayCommand: ParsableCommand {
   @Option(name: .long, help: "Seconds between polls without a wake-up.")
   var pollInterval: Double = 1
 
+  @Option(name: .long, help: "Seconds of silence after which the link to PostgreSQL is taken for dead (default 6).")
+  var deadLinkTimeout: Double?
+
   func run() throws {
     guard let policy = ConflictPolicy(rawValue: policy) else {
       throw ValidationError("--policy: one of \(ConflictPolicy.allCases.map(\.rawValue).joined(separator: ", "))")
@@ -48,6 +51,9 @@ struct RelayCommand: ParsableCommand {
     configuration.policy = policy
     configuration.retention = retention
     configuration.pollInterval = .milliseconds(Int64(pollInterval * 1000))
+    if let deadLinkTimeout {
+      configuration.timeouts.deadLink = .milliseconds(Int64(deadLinkTimeout * 1000))
+    }
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
     let relay: Relay

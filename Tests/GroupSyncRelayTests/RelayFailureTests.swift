@@ -149,6 +149,13 @@ extension RelayTests {
         #expect(Self.committed(result), "\(result.stderr)")
       }
       try await waitForConvergence([a, b], server: server, timeout: .seconds(120))
+      // A clean run: two hosts shipping and applying at once never find
+      // the log inconsistent, so neither reconnects nor reports an error.
+      for host in [a, b] {
+        #expect(host.events("error").isEmpty, "\(host.name): \(host.events("error"))")
+        #expect(host.events("disconnected").isEmpty, "\(host.name): \(host.events("disconnected"))")
+        #expect(host.events("connected").count == 1)
+      }
       #expect(try c.content().count == few)
       try await c.startRelay()
       let content = try await waitForConvergence([a, b, c], server: server, timeout: .seconds(120))
@@ -235,7 +242,7 @@ extension RelayTests {
       try await a.exec(["INSERT INTO note(title, body) VALUES ('while-down', 'x')"])
       try await waitUntil("status says not connected") {
         guard let status = a.relayStatus() else { return false }
-        return status.isLive && !status.isConnected && status.lastError?.contains("PQconnectdb") == true
+        return status.isLive && !status.isConnected && status.lastError?.contains("PQconnect") == true
           && (status.stores.first?.unshipped ?? 0) >= 1
       }
       try server.start()
@@ -341,6 +348,40 @@ extension RelayTests {
       #expect(content.values.map { $0[1] } == ["\"from a\""])
       for host in [a, b] {
         try await waitUntil("\(host.name) reports it") { host.events("conflict").contains { $0["rule"] as? String == "unique-key" } }
+      }
+    }
+  }
+}
+
+extension RelayTests {
+  /// A deletes its newest row; before the deletion ships, A's relay
+  /// applies a row from B, which SQLite would give the deleted row's rowid.
+  /// The applier gives it a fresh one, so the deletion still ships under
+  /// the deleted row's global ID and no host keeps the row. (The apply
+  /// gate holds A's relay at the instant between its shipment and B's
+  /// entry, every round.)
+  @Test func aDeletionIsNotLostWhenTheApplierWouldReuseItsRowid() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let b = try await GroupHost("b", root: root.path, server: server)
+      let gate = root.path + "/apply-gate"
+      try await a.startRelay(environment: [RelayFailpoints.variable: "gate-before-apply:\(gate)"])
+      try await b.startRelay()
+      for round in 0..<3 {
+        try await a.exec(["INSERT INTO note(title, body) VALUES ('doomed-\(round)', 'a')"])
+        try await waitForConvergence([a, b], server: server)
+        FileManager.default.createFile(atPath: gate, contents: nil)
+        let gated = (a.relay?.stderr.components(separatedBy: "failpoint gate-before-apply").count ?? 1) - 1
+        try await b.exec(["INSERT INTO note(title, body) VALUES ('from-b-\(round)', 'b')"])
+        try await waitUntil("a's relay holds b's entry at the gate") {
+          (a.relay?.stderr.components(separatedBy: "failpoint gate-before-apply").count ?? 1) - 1 > gated
+        }
+        try await a.exec(["DELETE FROM note WHERE title = 'doomed-\(round)'"])
+        try FileManager.default.removeItem(atPath: gate)
+        let content = try await waitForConvergence([a, b], server: server)
+        #expect(!content.values.contains { $0[0] == "'doomed-\(round)'" || $0[0] == "\"doomed-\(round)\"" })
+        #expect(content.count == round + 1)
       }
     }
   }

@@ -47,10 +47,12 @@ enum Executables {
 final class GroupHost: @unchecked Sendable {
   let name: String
   let folder: String
-  let server: PostgresServer
   var policy = "last-writer-wins"
   var retention: Int64?
   var conninfo: String
+  /// Wraps the relay's command line (executable, arguments), e.g. to run
+  /// it in the host's network namespace (``NetworkLab/command(in:_:_:)``).
+  var launch: (@Sendable (String, [String]) -> (String, [String]))?
   private(set) var relay: ChildProcess?
   /// Everything every relay process of this host printed, by run.
   private(set) var finishedOutputs: [String] = []
@@ -59,10 +61,15 @@ final class GroupHost: @unchecked Sendable {
     CREATE TABLE note(id INTEGER PRIMARY KEY, title TEXT UNIQUE, body TEXT, n INTEGER, x REAL, b BLOB);
     """
 
-  init(_ name: String, root: String, server: PostgresServer, schema: String = GroupHost.schema) async throws {
+  convenience init(_ name: String, root: String, server: PostgresServer, schema: String = GroupHost.schema)
+    async throws
+  {
+    try await self.init(name, root: root, conninfo: server.conninfo, schema: schema)
+  }
+
+  init(_ name: String, root: String, conninfo: String, schema: String = GroupHost.schema) async throws {
     self.name = name
-    self.server = server
-    conninfo = server.conninfo
+    self.conninfo = conninfo
     folder = root + "/" + name + "/app"
     try FileManager.default.createDirectory(atPath: root + "/" + name, withIntermediateDirectories: true)
     let schemaFile = root + "/\(name)-schema.sql"
@@ -85,8 +92,9 @@ final class GroupHost: @unchecked Sendable {
     if let retention { arguments += ["--retention", String(retention)] }
     var environment = ProcessInfo.processInfo.environment
     for (key, value) in extra { environment[key] = value }
+    let (program, programArguments) = launch?(Executables.groupsync, arguments) ?? (Executables.groupsync, arguments)
     let child = try ChildProcess(
-      executable: Executables.groupsync, arguments: arguments, environment: environment, name: "relay \(name)")
+      executable: program, arguments: programArguments, environment: environment, name: "relay \(name)")
     relay = child
     try await Executables.onThread { try child.waitForStderr(containing: "groupsync-relay: host", timeout: 30) }
     if waitConnected {
@@ -114,6 +122,21 @@ final class GroupHost: @unchecked Sendable {
     guard result.status == 0, !result.signalled else {
       throw RelayTestFailure("relay \(name) did not stop cleanly (\(result.status)): \(result.stderr)")
     }
+  }
+
+  /// Sends SIGTERM and returns how long the relay took to exit (nil: it
+  /// was still running after `timeout` seconds, and was killed).
+  func terminateRelay(timeout: Double = 30) async throws -> Duration? {
+    guard let relay else { return .zero }
+    let start = ContinuousClock.now
+    relay.signal(SIGTERM)
+    let exited = try await Executables.onThread { relay.waitForExit(timeout: timeout) }
+    let elapsed = ContinuousClock.now - start
+    if !exited { relay.signal(SIGKILL) }
+    let result = try await Executables.onThread { relay.finish(timeout: 30) }
+    finishedOutputs.append(result.stdout)
+    self.relay = nil
+    return exited ? elapsed : nil
   }
 
   /// Every event line of every relay run so far, the running one included.
@@ -203,10 +226,20 @@ extension GroupHost {
 func waitForConvergence(
   _ hosts: [GroupHost], server: PostgresServer, timeout: Duration = .seconds(90)
 ) async throws -> [String: [String]] {
+  try await waitForConvergence(hosts, timeout: timeout) {
+    Int64(try server.query("SELECT coalesce(max(seq), 0) FROM gs_clock WHERE grp = 'app'").first?[0] ?? "0") ?? 0
+  }
+}
+
+/// The same, with the log's head read by `logHead`.
+@discardableResult
+func waitForConvergence(
+  _ hosts: [GroupHost], timeout: Duration = .seconds(90), logHead: () throws -> Int64
+) async throws -> [String: [String]] {
   let deadline = ContinuousClock.now + timeout
   var last = ""
   while true {
-    let head = Int64(try server.query("SELECT coalesce(max(seq), 0) FROM gs_clock WHERE grp = 'app'").first?[0] ?? "0") ?? 0
+    let head = try logHead()
     let statuses = hosts.map { $0.relayStatus() }
     let contents = try hosts.map { try $0.content() }
     let settled = statuses.allSatisfy { status in
