@@ -78,6 +78,14 @@ final class PostgresConnection: @unchecked Sendable {
     guard PQenterPipelineMode(connection) == 1 else { throw failure("PQenterPipelineMode") }
   }
 
+  /// Checks that libpq can parse `conninfo`, without connecting.
+  ///
+  /// - Throws: ``RelayError/invalidConfiguration(_:)`` with libpq's reason
+  ///   (which names the option, never a value).
+  static func validate(conninfo: String) throws {
+    _ = try parameters(conninfo, timeouts: RelayTimeouts(), applicationName: nil)
+  }
+
   /// Closes the connection without waiting: libpq sends the server a
   /// goodbye if the socket takes it at once; a server that never gets it
   /// drops the session by its own timeouts.

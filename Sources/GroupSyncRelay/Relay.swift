@@ -78,6 +78,7 @@ public final class Relay: @unchecked Sendable {
       throw RelayError.invalidConfiguration("retention \(retention): keep at least 1 entry")
     }
     try configuration.timeouts.validate()
+    try PostgresConnection.validate(conninfo: configuration.conninfo)
     self.configuration = configuration
     handler = onEvent
     wake = try WakePipe()

@@ -99,12 +99,16 @@ extension RelayTests {
         (["--host", "a", "--retention", "0"], "retention 0"),
         (["--host", "a", "--policy", "whoever-shouts"], "--policy"),
         (["--host", "a", "--store", "missing"], "no store named 'missing'"),
+        (["--host", "a", "--dead-link-timeout", "0.2"], "timeout deadLink"),
+        (["--host", "a", "--postgres", "hots=db password=hunter2"], "invalid connection option \"hots\""),
+        (["--host", "a", "--postgres", "host='unterminated"], "the PostgreSQL connection string"),
       ] {
         let result = try await Executables.onThread {
           try ChildProcess(
             executable: Executables.groupsync, arguments: ["relay", a.folder, "--postgres", server.conninfo] + arguments
           ).finish(timeout: 30)
         }
+        #expect(!result.stderr.contains("hunter2"), "a password in an error: \(result.stderr)")
         #expect(result.status != 0 && result.stderr.contains(message), "\(arguments): \(result.stderr)")
       }
       // A folder that is no group folder is named as such, and left as it was.

@@ -14,6 +14,7 @@ struct RelayCommand: ParsableCommand {
     discussion: """
       groupsync relay DIR --postgres CONNINFO [--store NAME]... [--host NAME] [--group NAME]
         [--policy last-writer-wins|first-writer-wins] [--retention N] [--poll-interval SECONDS]
+        [--dead-link-timeout SECONDS]
       Prints what the relay does as JSON lines; stops on SIGTERM or SIGINT.
       """)
 
