@@ -221,3 +221,38 @@ extension RelayTests {
     }
   }
 }
+
+extension RelayTests {
+  /// The relay's session bounds every wait on the server, and its
+  /// client-side defaults apply only where the conninfo sets nothing: a
+  /// conninfo's own value wins.
+  @Test func theSessionIsBoundedAndTheConninfoOverridesTheDefaults() async throws {
+    try await PostgresServer.with { server in
+      let timeouts = RelayTimeouts(lock: .seconds(3), idleInTransaction: .seconds(4))
+      let connection = try PostgresConnection(
+        conninfo: server.conninfo, timeouts: timeouts, applicationName: "groupsync-relay t")
+      try LogSchema.configureSession(connection, timeouts: timeouts)
+      let shown = try connection.run([
+        .init("SHOW lock_timeout"), .init("SHOW idle_in_transaction_session_timeout"), .init("SHOW statement_timeout"),
+        .init("SHOW application_name"),
+      ]).map { $0.first?.first ?? nil }
+      #expect(shown == ["3s", "4s", "30s", "groupsync-relay t"])
+      let own = try PostgresConnection(
+        conninfo: server.conninfo + " application_name=mine", timeouts: timeouts, applicationName: "groupsync-relay t")
+      #expect(try own.execute("SHOW application_name").first?.first == "mine")
+      // A lock another session holds is waited for no longer than asked.
+      let holder = try server.connect()
+      try holder.execute("CREATE TABLE held(id int PRIMARY KEY)")
+      try holder.execute("INSERT INTO held VALUES (1)")
+      try holder.execute("BEGIN")
+      try holder.execute("SELECT * FROM held FOR UPDATE")
+      let start = ContinuousClock.now
+      #expect(throws: RelayError.self) { try connection.execute("UPDATE held SET id = 2") }
+      let waited = ContinuousClock.now - start
+      #expect(waited >= .seconds(3) && waited < .seconds(20), "waited \(waited)")
+      // The connection is still good after the refusal.
+      #expect(try connection.execute("SELECT 1").first?.first == "1")
+      try holder.execute("ROLLBACK")
+    }
+  }
+}
