@@ -201,11 +201,13 @@ public final class Relay: @unchecked Sendable {
         lastError = text
         setError(text)
         needsRecovery = true
-        let usable = (error as? RelayError)?.leavesConnectionUsable ?? false
+        // A local error (the store's) says nothing about the link.
+        let usable = (error as? RelayError)?.leavesConnectionUsable ?? true
         if usable, let connection, connection.isConnected {
           // The server refused one statement and rolled it back (a lock
-          // another host holds, a refused entry): keep the session, try
-          // again on the next pass.
+          // another host holds), or this host refused an entry or could
+          // not write its store: keep the session, try again on the next
+          // pass.
           connection.rollBackQuietly()
           if !repeated {
             logger.error("\(text)")
