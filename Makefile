@@ -24,11 +24,12 @@ deps-postgres: ## Install PostgreSQL and libpq-dev with apt-get if they are miss
 	fi
 
 # The terminal tests (query --live, status --watch) drive a real terminal
-# through tmux; without it they would be skipped.
-deps-test: deps-postgres ## Install tmux (and PostgreSQL) for the tests if missing
-	@if [ ! -x /usr/bin/tmux ]; then \
-	  echo "installing tmux"; \
-	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y tmux; \
+# through tmux; the relay's network tests put hosts in network namespaces
+# with iproute2's `ip`. Without them those tests would be skipped.
+deps-test: deps-postgres ## Install tmux and iproute2 (and PostgreSQL) for the tests if missing
+	@if [ ! -x /usr/bin/tmux ] || [ ! -x /usr/sbin/ip ]; then \
+	  echo "installing tmux iproute2"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y tmux iproute2; \
 	fi
 
 build: deps deps-postgres ## Build the library, the groupsync tool and the relay

@@ -38,10 +38,11 @@ struct Applier {
       """
       SELECT k.seq, k.purged_through, c.seq, c.origin_host, c.origin_seq, c.body
       FROM gs_clock k LEFT JOIN LATERAL (
-        SELECT seq, origin_host, origin_seq, body FROM gs_change
+        SELECT seq, origin_host, origin_seq, CASE WHEN seq > $5 THEN body END AS body FROM gs_change
         WHERE grp = k.grp AND store = k.store AND seq >= $3 ORDER BY seq LIMIT $4) c ON true
       WHERE k.grp = $1 AND k.store = $2
-      """, [context.group, context.storeName, String(max(applied, 1)), String(Self.batchSize + 1)])
+      """,
+      [context.group, context.storeName, String(max(applied, 1)), String(Self.batchSize + 1), String(applied)])
     guard let clock = rows.first, let head = clock[0].flatMap({ Int64($0) }) else { return false }
     let purged = clock[1].flatMap { Int64($0) } ?? 0
     context.logHead = head
@@ -50,13 +51,14 @@ struct Applier {
     var expected = applied + 1
     for row in rows {
       guard let position = row[2].flatMap({ Int64($0) }), let origin = row[3],
-        let originSequence = row[4].flatMap({ Int64($0) }), let body = row[5]
+        let originSequence = row[4].flatMap({ Int64($0) })
       else { break }
       if position == applied {
+        // Its body stays on the server: only its origin is checked.
         atPlace = EntryOrigin(host: origin, sequence: originSequence)
         continue
       }
-      guard position == expected else { break }
+      guard position == expected, let body = row[5] else { break }
       entries.append(
         (position, origin, originSequence, try LogEntry.decode(body, store: context.storeName, sequence: position)))
       expected += 1

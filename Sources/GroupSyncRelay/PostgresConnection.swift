@@ -152,11 +152,16 @@ final class PostgresConnection: @unchecked Sendable {
       results.append(rows)
     }
     // The synchronisation point closes the batch; nothing follows it.
+    var empty = 0
     while true {
       guard let result = try nextResult(until: deadline) else {
-        guard isConnected else { throw firstError ?? failure("PQgetResult") }
+        // libpq has nothing more to give and no sync came: the connection
+        // is broken (or libpq lost track); either way it cannot go on.
+        empty += 1
+        guard isConnected, empty < 2 else { throw firstError ?? failure("PQgetResult") }
         continue
       }
+      empty = 0
       let status = PQresultStatus(result)
       if status != PGRES_PIPELINE_SYNC && status != PGRES_PIPELINE_ABORTED && status != PGRES_COMMAND_OK {
         firstError = firstError ?? serverError(result)
