@@ -47,9 +47,14 @@ docs: ## Build the DocC documentation into .build/docs/GroupSync (warnings are e
 	$(SWIFT) package --allow-writing-to-directory $(DOCS) generate-documentation --target GroupSync \
 	  --warnings-as-errors --output-path $(DOCS)/GroupSync --transform-for-static-hosting --hosting-base-path GroupSync
 
-test-swift: deps deps-test ## Run the Swift tests (library, CLI across real processes)
+# The relay's suite (servers, standbys, network namespaces, many processes)
+# runs after the others, not beside them: its load would stretch the
+# timed waits of the core's multi-process tests, under a sanitizer most.
+RELAY_TESTS = GroupSyncRelayTests
+test-swift: deps deps-test ## Run the Swift tests (library, CLI across real processes; then the relay's)
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
+	$(SWIFT) test --skip-build --skip $(RELAY_TESTS)
+	$(SWIFT) test --skip-build --filter $(RELAY_TESTS)
 
 # The Swift tests again, built with AddressSanitizer in a build folder of
 # their own; the CLI they start is the ASan build too. LeakSanitizer is off:
@@ -59,14 +64,16 @@ ASAN_ENV = GROUPSYNC_BIN=$(CURDIR)/.build-asan/debug/groupsync GROUPSYNC_SANITIZ
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 test-asan: deps deps-test ## Run the Swift tests under AddressSanitizer (.build-asan)
 	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan
-	$(ASAN_ENV) $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan
+	$(ASAN_ENV) $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan --skip $(RELAY_TESTS)
+	$(ASAN_ENV) $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan --filter $(RELAY_TESTS)
 
 # ThreadSanitizer sees the library's locks (pthread mutexes, see
 # Support/Locked.swift); Synchronization.Mutex's futex it could not.
 TSAN_ENV = GROUPSYNC_BIN=$(CURDIR)/.build-tsan/debug/groupsync GROUPSYNC_SANITIZER=thread
 test-tsan: deps deps-test ## Run the Swift tests under ThreadSanitizer (.build-tsan)
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
-	$(TSAN_ENV) $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan
+	$(TSAN_ENV) $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan --skip $(RELAY_TESTS)
+	$(TSAN_ENV) $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan --filter $(RELAY_TESTS)
 
 test-c: deps ## Run the C capture's test and the watcher's stress test under AddressSanitizer
 	@mkdir -p .build
