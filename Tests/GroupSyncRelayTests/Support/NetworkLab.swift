@@ -233,13 +233,8 @@ final class NetworkLab: @unchecked Sendable {
       [ -e /var/run/netns/\(serverNamespace) ] || exit 0
       for namespace in \(namespaces); do \(Self.ip) netns delete $namespace >/dev/null 2>&1; done
       """
-    let watchdog = Process()
-    watchdog.executableURL = URL(fileURLWithPath: "/bin/sh")
-    watchdog.arguments = ["-c", script]
-    watchdog.standardInput = FileHandle.nullDevice
-    watchdog.standardOutput = FileHandle.nullDevice
-    watchdog.standardError = FileHandle.nullDevice
-    try watchdog.run()
+    // As root: deleting namespaces needs it.
+    try PostgresServer.startWatchdog(script, asPostgres: false)
   }
 
   /// Runs `ip arguments...`, requiring success; returns stdout.
@@ -255,7 +250,7 @@ extension PostgresServer {
   /// (and its watchdog), then it is stopped and started again in there.
   static func withInNamespace<T>(_ lab: NetworkLab, _ body: (PostgresServer) async throws -> T) async throws -> T {
     try await with { server in
-      let pgCtl = try Self.newestBin() + "/pg_ctl"
+      let pgCtl = try Self.binFolder() + "/pg_ctl"
       try Self.runAsPostgres(pgCtl, ["-D", "\(server.folder)/data", "-m", "fast", "-w", "stop"])
       try server.startInNamespace(lab.serverNamespace)
       return try await body(server)
@@ -269,7 +264,7 @@ extension PostgresServer {
   /// ``crash()``, a test starts it again with this rather than `start()`.
   /// `pg_ctl stop` (by pid) works for it from anywhere.
   func startInNamespace(_ namespace: String) throws {
-    let bin = try Self.newestBin()
+    let bin = try Self.binFolder()
     let hba = "\(folder)/data/pg_hba.conf"
     let line = "host all all 10.0.0.0/8 trust"
     let current = try String(contentsOfFile: hba, encoding: .utf8)
@@ -283,15 +278,6 @@ extension PostgresServer {
       "\(bin)/pg_ctl", "-D", "\(folder)/data", "-l", "\(folder)/server.log", "-w", "-t", "60", "-o",
       "-c listen_addresses='*' -k \(folder) -p \(port) -c fsync=off -c max_connections=60", "start",
     ])
-  }
-
-  /// The newest PostgreSQL's programs, as `init` picks them (its `bin` is private).
-  private static func newestBin() throws -> String {
-    let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
-    guard let version = versions.sorted(by: { $0.compare($1, options: .numeric) == .orderedAscending }).last,
-      FileManager.default.isExecutableFile(atPath: "/usr/lib/postgresql/\(version)/bin/pg_ctl")
-    else { throw RelayTestFailure("no PostgreSQL server under /usr/lib/postgresql") }
-    return "/usr/lib/postgresql/\(version)/bin"
   }
 
   /// Runs `program` as the user postgres (the server refuses root).

@@ -33,13 +33,7 @@ final class PostgresServer: @unchecked Sendable {
   }
 
   private init() throws {
-    let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
-    guard let version = versions.sorted(by: { $0.compare($1, options: .numeric) == .orderedAscending }).last,
-      FileManager.default.isExecutableFile(atPath: "/usr/lib/postgresql/\(version)/bin/initdb")
-    else {
-      throw RelayTestFailure("no PostgreSQL server under /usr/lib/postgresql (make test installs postgresql)")
-    }
-    bin = "/usr/lib/postgresql/\(version)/bin"
+    bin = try Self.binFolder()
     folder = "/tmp/gs-pg-\(UUID().uuidString.prefix(8))"
     try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
     if getuid() == 0 { try Self.run("/bin/chown", ["postgres", folder]) }
@@ -65,8 +59,26 @@ final class PostgresServer: @unchecked Sendable {
       \(bin)/pg_ctl -D \(folder)/data -m immediate -w stop >/dev/null 2>&1
       rm -rf \(folder)
       """
+    try Self.startWatchdog(script, asPostgres: true)
+  }
+
+  /// The newest server's programs (Debian's /usr/lib/postgresql/N/bin).
+  static func binFolder() throws -> String {
+    let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
+    guard let version = versions.sorted(by: { $0.compare($1, options: .numeric) == .orderedAscending }).last,
+      FileManager.default.isExecutableFile(atPath: "/usr/lib/postgresql/\(version)/bin/pg_basebackup")
+    else {
+      throw RelayTestFailure("no PostgreSQL server under /usr/lib/postgresql (make test installs postgresql)")
+    }
+    return "/usr/lib/postgresql/\(version)/bin"
+  }
+
+  /// Starts `script` in a shell of its own that outlives a killed test
+  /// process (as the user postgres when `asPostgres` and root), its
+  /// output discarded.
+  static func startWatchdog(_ script: String, asPostgres: Bool) throws {
     let watchdog = Process()
-    if getuid() == 0 {
+    if asPostgres && getuid() == 0 {
       watchdog.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
       watchdog.arguments = ["-u", "postgres", "--", "/bin/sh", "-c", script]
     } else {

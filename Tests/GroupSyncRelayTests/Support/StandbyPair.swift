@@ -72,13 +72,7 @@ final class StandbyPair: @unchecked Sendable {
   /// server refuses root), and nothing else: ``start()`` does the rest under
   /// ``with(_:)``, which removes the folder if any of it fails.
   private init() throws {
-    let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
-    guard let version = versions.sorted(by: { $0.compare($1, options: .numeric) == .orderedAscending }).last,
-      FileManager.default.isExecutableFile(atPath: "/usr/lib/postgresql/\(version)/bin/pg_basebackup")
-    else {
-      throw RelayTestFailure("no PostgreSQL server under /usr/lib/postgresql (make test installs postgresql)")
-    }
-    bin = "/usr/lib/postgresql/\(version)/bin"
+    bin = try PostgresServer.binFolder()
     folder = "/tmp/gs-pgha-\(UUID().uuidString.prefix(8))"
     try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
   }
@@ -131,18 +125,7 @@ final class StandbyPair: @unchecked Sendable {
       \(bin)/pg_ctl -D \(directory(.primary)) -m immediate -w stop >/dev/null 2>&1
       rm -rf \(folder)
       """
-    let watchdog = Process()
-    if getuid() == 0 {
-      watchdog.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
-      watchdog.arguments = ["-u", "postgres", "--", "/bin/sh", "-c", script]
-    } else {
-      watchdog.executableURL = URL(fileURLWithPath: "/bin/sh")
-      watchdog.arguments = ["-c", script]
-    }
-    watchdog.standardInput = FileHandle.nullDevice
-    watchdog.standardOutput = FileHandle.nullDevice
-    watchdog.standardError = FileHandle.nullDevice
-    try watchdog.run()
+    try PostgresServer.startWatchdog(script, asPostgres: true)
   }
 
   private func destroy() {
