@@ -25,7 +25,8 @@ public struct RelayConfiguration: Sendable {
   public var maximumReconnectDelay: Duration
   /// How long the relay waits on PostgreSQL, at most, for each thing: see
   /// ``RelayTimeouts`` for the defaults (a dead link is noticed within
-  /// about 6 s, a host cut off mid-shipment holds the others 2 s at most).
+  /// about 6 s; a host cut off mid-shipment holds the others about 2 s,
+  /// until the server ends its idle transaction).
   public var timeouts: RelayTimeouts
 
   public init(folder: String, conninfo: String, group: String? = nil, host: String? = nil) {
