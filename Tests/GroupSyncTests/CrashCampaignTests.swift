@@ -183,7 +183,11 @@ struct CrashCampaignTests {
     // Within the grace period and a rescan tick of the last commit.
     let deadline = Duration.milliseconds(graceMs) + .seconds(1)
     let listeners = steady + durable.map { $0.last! }
-    let caughtUp = try? await waitUntil("every listener at \(final)", timeout: deadline * Self.slowdown + .seconds(1)) {
+    // Under a sanitizer the listeners replay a backlog several times
+    // slower, beside every other suite on a shared machine: the bound is
+    // checked at full strength in the plain build.
+    let bound = deadline * (Self.slowdown == 1 ? 1 : 6) + .seconds(1)
+    let caughtUp = try? await waitUntil("every listener at \(final)", timeout: bound) {
       listeners.allSatisfy { (try? Self.sequences(Self.printed($0)).last) == final }
     }
     let took = ContinuousClock.now - lastCommit
@@ -191,7 +195,7 @@ struct CrashCampaignTests {
       let last = try Self.sequences(Self.printed(listener)).last
       #expect(last == final, "listener \(index) at \(last.map(String.init) ?? "nothing") of \(final) after \(took): \(listener.stderr.suffix(3000))")
     }
-    #expect(caughtUp != nil && took <= deadline * Self.slowdown + .seconds(1), "caught up in \(took)")
+    #expect(caughtUp != nil && took <= bound, "caught up in \(took)")
 
     // The steady listeners: every change set once, in order, no reset.
     for listener in steady {
