@@ -89,7 +89,7 @@ struct Applier {
     let (_, changeSet) = try context.store.writeAndReturnChangeSet { db in
       // Another process may have changed the schema since GRDB cached it.
       db.clearSchemaCache()
-      let pending = try context.unshipped(db)
+      let pass = try Pass(context, db)
       let changesBefore = db.totalChangesCount
       var notesAdded = false
       var shapes: [String: TableShape] = [:]
@@ -98,11 +98,14 @@ struct Applier {
         for table in entry.tables {
           let shape = try Self.shape(of: table.name, columns: table.columns, store: context.storeName, db, &shapes)
           for row in table.rows {
-            if try applyRow(row, columns: table.columns, shape: shape, position: position, pending: pending, db) {
+            if try applyRow(row, columns: table.columns, shape: shape, position: position, pass: pass, db) == .changed {
               rowCount += 1
             }
           }
         }
+        // A child in the same entry as its parent, before it.
+        rowCount += try applyHeldRows(pass: pass, db, &shapes)
+        reportFollowers(of: entry, position: position, pass: pass)
       }
       // Entries that changed nothing here (this host's own, mostly) leave
       // the stored place behind, and the transaction commits nothing: a
@@ -193,35 +196,69 @@ struct Applier {
     return shape
   }
 
-  /// Applies one row image of position `position`; returns whether a row
-  /// changed here.
+  /// What applying one row image did here.
+  enum Outcome: Equatable {
+    case changed, unchanged
+    /// Kept in ``HeldRows`` until the row a reference names is here.
+    case held
+  }
+
+  /// Applies one row image of position `position`.
   func applyRow(
-    _ image: RowImage, columns: [String], shape: TableShape, position: Int64, pending: ReplicaContext.Unshipped,
-    _ db: Database
-  ) throws -> Bool {
+    _ image: RowImage, columns: [String], shape: TableShape, position: Int64, pass: Pass, _ db: Database
+  ) throws -> Outcome {
     let table = shape.name
     let mapping = try RowIdentityMap.entry(db, table: table, gid: image.gid)
-    if let mapping, mapping.position >= position { return false }
+    if let mapping, mapping.position >= position {
+      try HeldRows.release(db, table: table, gid: image.gid, through: position)
+      return .unchanged
+    }
     // Held while this host's own change to the row waits to ship, where it
     // is settled against this image. A row this host does not have cannot
     // hold such a change (a table shipped whole ships only the rows it
     // has): it is applied now, or it would be lost once the place moves on.
-    if pending.holds(mapping, table: table) { return false }
+    if pass.pending.holds(mapping, table: table) {
+      try HeldRows.release(db, table: table, gid: image.gid, through: position)
+      return .unchanged
+    }
+    var values = image.values
+    if let shipped = values {
+      switch try translate(shipped, columns: columns, table: table, pass: pass, db) {
+      case .values(let translated):
+        values = translated
+      case .held(let reason):
+        let held = HeldRows.Held(table: table, image: image, columns: columns, position: position, reason: reason)
+        if try HeldRows.hold(held, db) {
+          context.emit(.held(store: context.storeName, table: table, gid: image.gid, reason: reason))
+        }
+        return .held
+      case .orphaned(let reference, let parent):
+        // The row it points at was deleted: the deletion stands, and this
+        // row follows it as the reference's ON DELETE says.
+        values = nil
+        report(
+          parentDeleted: reference, parent: parent, table: table, gid: image.gid, columns: columns,
+          values: image.values, position: position)
+      }
+    }
+    try HeldRows.release(db, table: table, gid: image.gid, through: position)
     let localValues = try mapping?.rowID.flatMap { try shape.values(db, rowID: $0, columns: columns) }
-    guard let values = image.values else {
-      if let rowID = mapping?.rowID, localValues != nil { try shape.delete(db, rowID: rowID) }
+    guard let values else {
+      if let rowID = mapping?.rowID, localValues != nil {
+        try deleteRow(shape, rowID: rowID, position: position, pass: pass, db)
+      }
       try RowIdentityMap.set(.init(gid: image.gid, rowID: nil, position: position), db, table: table)
-      return localValues != nil
+      return localValues != nil ? .changed : .unchanged
     }
     if let rowID = mapping?.rowID, let localValues {
       try RowIdentityMap.set(.init(gid: image.gid, rowID: rowID, position: position), db, table: table)
-      guard localValues != values else { return false }
-      return try withUniqueKeys(image, shape: shape, position: position, pending: pending, db) {
+      guard localValues != values else { return .unchanged }
+      return try withUniqueKeys(image, values: values, shape: shape, position: position, pass: pass, db) {
         try shape.update(db, rowID: rowID, columns: columns, values: values)
         return rowID
       }
     }
-    return try withUniqueKeys(image, shape: shape, position: position, pending: pending, db) {
+    return try withUniqueKeys(image, values: values, shape: shape, position: position, pass: pass, db) {
       let rowID = try shape.insert(db, columns: columns, values: values)
       try RowIdentityMap.set(.init(gid: image.gid, rowID: rowID, position: position), db, table: table)
       return rowID
@@ -234,18 +271,18 @@ struct Applier {
   /// deletion ships later if it was ever shipped), else the incoming image
   /// is not applied. Either way a conflict is reported.
   private func withUniqueKeys(
-    _ image: RowImage, shape: TableShape, position: Int64, pending: ReplicaContext.Unshipped, _ db: Database,
+    _ image: RowImage, values: [RowValue], shape: TableShape, position: Int64, pass: Pass, _ db: Database,
     _ write: () throws -> Int64
-  ) throws -> Bool {
+  ) throws -> Outcome {
     for _ in 0..<8 {
       do {
         _ = try write()
-        return true
+        return .changed
       } catch let error as DatabaseError
         where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE
         || error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY
       {
-        guard let holder = try uniqueKeyHolder(error, image: image, shape: shape, db) else { throw error }
+        guard let holder = try uniqueKeyHolder(error, values: values, shape: shape, db) else { throw error }
         let holderEntry = try RowIdentityMap.entry(db, table: shape.name, rowID: holder)
         let holderValues = try shape.values(db, rowID: holder)
         let holderPosition = holderEntry.map { $0.position > 0 ? $0.position : Int64.max } ?? Int64.max
@@ -259,7 +296,12 @@ struct Applier {
           record.loserValues = image.values
           context.conflicts += 1
           context.emit(.conflict(record))
-          return false
+          // Its global ID is gone here: rows that point at it follow it
+          // (as on its origin, where the holder's image deleted it).
+          if try RowIdentityMap.entry(db, table: shape.name, gid: image.gid)?.rowID == nil {
+            try RowIdentityMap.set(.init(gid: image.gid, rowID: nil, position: position), db, table: shape.name)
+          }
+          return .unchanged
         }
         record.winnerHost = "gid \(image.gid)"
         record.winnerValues = image.values
@@ -267,8 +309,8 @@ struct Applier {
         record.loserValues = holderValues
         context.conflicts += 1
         context.emit(.conflict(record))
-        try shape.delete(db, rowID: holder)
-        if let holderEntry, holderEntry.position > 0, !pending.isDirty(table: shape.name, rowID: holder) {
+        try deleteRow(shape, rowID: holder, position: position, pass: pass, db)
+        if let holderEntry, holderEntry.position > 0, !pass.pending.isDirty(table: shape.name, rowID: holder) {
           try RowIdentityMap.set(.init(gid: holderEntry.gid, rowID: nil, position: position), db, table: shape.name)
         }
       }
@@ -279,14 +321,14 @@ struct Applier {
 
   /// The local row holding the unique key `error` names, found by the
   /// columns SQLite lists ("UNIQUE constraint failed: t.a, t.b").
-  private func uniqueKeyHolder(_ error: DatabaseError, image: RowImage, shape: TableShape, _ db: Database) throws
+  private func uniqueKeyHolder(_ error: DatabaseError, values: [RowValue], shape: TableShape, _ db: Database) throws
     -> Int64?
   {
     guard let message = error.message, let range = message.range(of: "constraint failed: ") else { return nil }
     let names = message[range.upperBound...].split(separator: ",").map {
       String($0.trimmingCharacters(in: .whitespaces).split(separator: ".").last ?? "")
     }
-    guard let values = image.values, !names.isEmpty else { return nil }
+    guard !names.isEmpty else { return nil }
     var conditions: [String] = []
     var arguments: [DatabaseValue] = []
     for name in names {
@@ -335,7 +377,8 @@ struct Applier {
     var rowCount = 0
     try context.store.write { db in
       db.clearSchemaCache()
-      let pending = try context.unshipped(db)
+      let pass = try Pass(context, db)
+      let pending = pass.pending
       if diverged {
         try RowIdentityMap.forgetPositions(db)
         try restoreDeletionsToShip(pending: pending, db)
@@ -351,16 +394,18 @@ struct Applier {
         let values = try row[4].map { try JSONDecoder().decode([RowValue].self, from: Data($0.utf8)) }
         let shape = try Self.shape(of: table, columns: columns, store: context.storeName, db, &shapes)
         let image = RowImage(gid: gid, rowID: nil, base: 0, values: values, lost: nil)
-        if try applyRow(image, columns: columns, shape: shape, position: position, pending: pending, db) {
+        let outcome = try applyRow(image, columns: columns, shape: shape, position: position, pass: pass, db)
+        if outcome == .changed {
           rowCount += 1
-        } else if diverged, let mapping = try RowIdentityMap.entry(db, table: table, gid: gid), mapping.position == 0,
+        } else if outcome == .unchanged, diverged, let mapping = try RowIdentityMap.entry(db, table: table, gid: gid), mapping.position == 0,
           pending.holds(mapping, table: table)
         {
           // Held: this host's change ships as made on the current image.
           try RowIdentityMap.raisePosition(db, table: table, gid: gid, to: position, deleted: false)
         }
       }
-      if diverged { rowCount += try removeRowsOfLostEntries(known: known, pending: pending, db) }
+      rowCount += try applyHeldRows(pass: pass, db, &shapes)
+      if diverged { rowCount += try removeRowsOfLostEntries(known: known, pass: pass, db) }
       var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
       place.applied = head
       place.appliedOrigin = headOrigin
@@ -395,16 +440,14 @@ struct Applier {
   /// here, so they came through the log or were shipped from here) that
   /// this host did not change since its shipped place; their global IDs
   /// become tombstones of no position, so their origin can ship them again.
-  private func removeRowsOfLostEntries(known: [String: Set<String>], pending: ReplicaContext.Unshipped, _ db: Database)
-    throws -> Int
-  {
+  private func removeRowsOfLostEntries(known: [String: Set<String>], pass: Pass, _ db: Database) throws -> Int {
     var removed = 0
     for table in try TableShape.userTables(db) {
       guard let shape = (try? TableShape.read(db, table: table, store: context.storeName)) ?? nil else { continue }
       for (rowID, entry) in try RowIdentityMap.liveEntries(db, table: table)
-      where !(known[table]?.contains(entry.gid) ?? false) && !pending.isDirty(table: table, rowID: rowID) {
+      where !(known[table]?.contains(entry.gid) ?? false) && !pass.pending.isDirty(table: table, rowID: rowID) {
         if try shape.values(db, rowID: rowID) != nil {
-          try shape.delete(db, rowID: rowID)
+          try deleteRow(shape, rowID: rowID, position: 0, pass: pass, db)
           removed += 1
         }
         try RowIdentityMap.set(.init(gid: entry.gid, rowID: nil, position: 0), db, table: table)

@@ -78,6 +78,12 @@ public final class Relay: @unchecked Sendable {
       throw RelayError.invalidConfiguration("retention \(retention): keep at least 1 entry")
     }
     try configuration.timeouts.validate()
+    var declared: Set<String> = []
+    for reference in configuration.references {
+      guard declared.insert("\(reference.table).\(reference.column)".lowercased()).inserted else {
+        throw RelayError.invalidConfiguration("reference \(reference.table).\(reference.column) is declared twice")
+      }
+    }
     try PostgresConnection.validate(conninfo: configuration.conninfo)
     self.configuration = configuration
     handler = onEvent
@@ -123,9 +129,11 @@ public final class Relay: @unchecked Sendable {
       let store = name == "main" ? group.store : try group.store(named: name)
       return try ReplicaContext(
         store: store, storeName: name, group: configuration.group, host: configuration.host,
-        policy: configuration.policy, author: author, retention: configuration.retention, stop: stopSignal,
+        policy: configuration.policy, author: author, retention: configuration.retention,
+        references: configuration.references, stop: stopSignal,
         failpoints: failpoints, emit: emit)
     }
+    for context in contexts { try tellIdentities(context) }
     // Local commits ring the doorbell, straight from the watcher thread
     // that saw them; the change sets themselves are read from the history.
     let listener = try group.listen()
@@ -137,6 +145,31 @@ public final class Relay: @unchecked Sendable {
     thread.name = "groupsync-relay"
     lock.withLock { self.thread = thread }
     thread.start()
+  }
+
+  /// Tells, per store, whose keys are each host's own and which columns
+  /// travel as references to them, and warns of integer columns named
+  /// like references that nothing declares (so no one finds out from
+  /// corrupted data).
+  private func tellIdentities(_ context: ReplicaContext) throws {
+    let event = try context.identities()
+    guard case .identities(let store, let keys, let references, let suspects) = event else { return }
+    let keyList = keys.isEmpty ? "none" : keys.joined(separator: ", ")
+    let referenceList = references.isEmpty ? "none" : references.joined(separator: ", ")
+    logger.info("store '\(store)': keys local to each host: \(keyList); translated references: \(referenceList)")
+    if !suspects.isEmpty {
+      let text =
+        "store '\(store)': \(suspects.joined(separator: ", ")) look like references but none is declared: "
+        + "declare them (REFERENCES, or --reference TABLE.COLUMN=PARENT), or their numbers mean other rows "
+        + "on other hosts"
+      logger.warning("\(text)")
+    }
+    emit(event)
+    for unknown in context.unknownReferences() {
+      let text = "declared reference \(unknown): store '\(store)' has no such table or column (not translated)"
+      logger.error("\(text)")
+      emit(.error(text))
+    }
   }
 
   /// Stops the relay and waits for its thread, which abandons whatever it
@@ -417,13 +450,13 @@ public final class Relay: @unchecked Sendable {
     lastStatusWrite = now
     var stores: [RelayStatus.StoreStatus] = []
     for context in contexts {
-      let local = (try? context.store.read { db -> (Int64, Int64) in
+      let local = (try? context.store.read { db -> (Int64, Int64, Int64) in
         let sequence = try context.store.currentSequence(in: db)
         let unshipped = try Int64.fetchOne(
           db, sql: "SELECT count(*) FROM groupsync_history WHERE seq > ? AND author IS NOT ?",
           arguments: [context.place.shipped, context.author]) ?? 0
-        return (sequence, unshipped)
-      }) ?? (0, 0)
+        return (sequence, unshipped, try HeldRows.count(db))
+      }) ?? (0, 0, 0)
       var lagSeconds = 0.0
       if context.logHead > context.place.applied, let connection, connection.isConnected {
         let rows = try? connection.execute(
@@ -438,7 +471,7 @@ public final class Relay: @unchecked Sendable {
           name: context.storeName, localSequence: local.0, shipped: context.place.shipped, unshipped: local.1,
           logHead: context.logHead, applied: context.place.applied,
           lagChangeSets: max(0, context.logHead - context.place.applied), lagSeconds: lagSeconds,
-          conflicts: context.conflicts))
+          conflicts: context.conflicts, heldRows: local.2))
     }
     let status = lock.withLock { () -> RelayStatus in
       current.stores = stores

@@ -28,6 +28,10 @@ public struct RelayConfiguration: Sendable {
   /// about 6 s; a host cut off mid-shipment holds the others about 2 s,
   /// until the server ends its idle transaction).
   public var timeouts: RelayTimeouts
+  /// Relations the schema does not declare (no `REFERENCES`): columns that
+  /// hold the rowid of another replicated row. They are translated like
+  /// foreign keys (see ``RowReference``). Every host must declare the same.
+  public var references: [RowReference]
 
   public init(folder: String, conninfo: String, group: String? = nil, host: String? = nil) {
     self.folder = folder
@@ -40,5 +44,6 @@ public struct RelayConfiguration: Sendable {
     pollInterval = .seconds(1)
     maximumReconnectDelay = .seconds(2)
     timeouts = RelayTimeouts()
+    references = []
   }
 }

@@ -18,6 +18,15 @@ public enum RelayEvent: Sendable, Equatable, Codable {
   /// This host's place was purged from the log (or the log started over):
   /// the store was re-synchronised from the rows' current images.
   case resync(store: String, position: Int64, rows: Int, reason: String)
+  /// A row image waits: a reference in it names a row this host does not
+  /// have yet (told once per row; applied as soon as that row arrives).
+  case held(store: String, table: String, gid: String, reason: String)
+  /// When the relay starts, per store: the tables whose integer keys are
+  /// each host's own (rowids), the columns translated as references to
+  /// them, and integer columns named like references that are none (an
+  /// `*_id` column no foreign key declares: declare it, or it travels as
+  /// a number that means another row on other hosts).
+  case identities(store: String, localKeys: [String], references: [String], suspects: [String])
   /// Something failed; the relay goes on (retrying what failed).
   case error(String)
 }

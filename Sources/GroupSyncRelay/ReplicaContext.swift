@@ -19,6 +19,8 @@ final class ReplicaContext: @unchecked Sendable {
   let author: String
   /// Log entries older than the newest minus this are purged.
   let retention: Int64?
+  /// Relations declared to the relay (the schema's own are read from it).
+  let references: [RowReference]
   /// The places, as committed locally (`shipped` may lag PostgreSQL's
   /// until ``Relay`` recovered it after a crash).
   var place: RowIdentityMap.Place
@@ -35,7 +37,7 @@ final class ReplicaContext: @unchecked Sendable {
 
   init(
     store: Store, storeName: String, group: String, host: String, policy: ConflictPolicy, author: String,
-    retention: Int64?, stop: WakePipe? = nil, failpoints: RelayFailpoints = RelayFailpoints(nil),
+    retention: Int64?, references: [RowReference] = [], stop: WakePipe? = nil, failpoints: RelayFailpoints = RelayFailpoints(nil),
     emit: @escaping @Sendable (RelayEvent) -> Void
   ) throws {
     self.store = store
@@ -45,13 +47,54 @@ final class ReplicaContext: @unchecked Sendable {
     self.policy = policy
     self.author = author
     self.retention = retention
+    self.references = references
     self.emit = emit
     self.stop = stop
     self.failpoints = failpoints
     place = try store.write { db in
       try RowIdentityMap.setUp(db)
+      try HeldRows.setUp(db)
       return try RowIdentityMap.place(db, group: group, host: host)
     }
+  }
+
+  /// The tables whose keys are each host's own (`table.column` of their
+  /// `INTEGER PRIMARY KEY`, or `table.rowid`), the references translated
+  /// to them, and the integer columns named `*_id` (or `*Id`) that no
+  /// reference covers.
+  func identities() throws -> RelayEvent {
+    try store.read { db in
+      let graph = try ReferenceGraph.read(db, declared: references)
+      var keys: [String] = []
+      var translated: [String] = []
+      var suspects: [String] = []
+      for table in try TableShape.userTables(db) {
+        guard let shape = (try? TableShape.read(db, table: table, store: storeName)) ?? nil else { continue }
+        keys.append("\(table).\(shape.rowIDColumn ?? "rowid")")
+        let covered = Set(graph.references(from: table).map { $0.column.lowercased() })
+        translated += graph.references(from: table).map { "\($0.table).\($0.column)→\($0.parent)" }
+        // Foreign keys to other columns than a rowid travel as they are.
+        let otherKeys = Set(
+          try Row.fetchAll(db, sql: "PRAGMA main.foreign_key_list(\(table.quotedDatabaseIdentifier))")
+            .map { ($0[3] as String).lowercased() })
+        for column in try db.columns(in: table, in: "main") {
+          let name = column.name
+          let looksLikeReference = name.lowercased().hasSuffix("_id") || (name.hasSuffix("Id") && name.count > 2)
+          let integer = column.type.uppercased().contains("INT") || column.type.isEmpty
+          if looksLikeReference, integer, name != shape.rowIDColumn, !covered.contains(name.lowercased()),
+            !otherKeys.contains(name.lowercased())
+          {
+            suspects.append("\(table).\(name)")
+          }
+        }
+      }
+      return .identities(store: storeName, localKeys: keys, references: translated, suspects: suspects)
+    }
+  }
+
+  /// The declared references this store has no table or column for.
+  func unknownReferences() -> [RowReference] {
+    (try? store.read { db in try ReferenceGraph.read(db, declared: references).unknown }) ?? []
   }
 
   /// The rows changed locally and not shipped yet, read inside `db`'s

@@ -4,14 +4,20 @@ import GRDB
 /// One column value of a shipped row image, with its SQLite storage class,
 /// so that every host stores exactly what the origin stored: `null`,
 /// `{"i":42}`, `{"r":1.5}` (`{"r":"inf"}`, `{"r":"-inf"}`), `{"t":"text"}`,
-/// `{"b":"<base64>"}`. Images carry values, never SQL text: replayed
-/// `random()`, `now()` or triggers would differ on each host.
+/// `{"b":"<base64>"}`, and `{"g":"<global ID>"}` for a reference: a
+/// column that holds another row's rowid travels as that row's global ID
+/// (rowids are each host's own; see ``RowReference``). Images carry
+/// values, never SQL text: replayed `random()`, `now()` or triggers would
+/// differ on each host.
 public enum RowValue: Sendable, Equatable, Hashable, Codable, CustomStringConvertible {
   case null
   case integer(Int64)
   case real(Double)
   case text(String)
   case blob(Data)
+  /// The row a reference column points at, by its global ID (only in
+  /// shipped images; a host stores the row's rowid there).
+  case reference(String)
 
   init(_ value: DatabaseValue) {
     switch value.storage {
@@ -30,6 +36,8 @@ public enum RowValue: Sendable, Equatable, Hashable, Codable, CustomStringConver
     case .real(let value): value.databaseValue
     case .text(let value): value.databaseValue
     case .blob(let value): value.databaseValue
+    // Translated before it reaches the store; never stored as such.
+    case .reference(let gid): gid.databaseValue
     }
   }
 
@@ -40,10 +48,11 @@ public enum RowValue: Sendable, Equatable, Hashable, Codable, CustomStringConver
     case .real(let value): String(value)
     case .text(let value): "'" + value + "'"
     case .blob(let value): "x'" + value.map { String(format: "%02x", $0) }.joined() + "'"
+    case .reference(let gid): "→" + gid
     }
   }
 
-  private enum Key: String, CodingKey { case i, r, t, b }
+  private enum Key: String, CodingKey { case i, r, t, b, g }
 
   public init(from decoder: any Decoder) throws {
     if try decoder.singleValueContainer().decodeNil() {
@@ -66,6 +75,8 @@ public enum RowValue: Sendable, Equatable, Hashable, Codable, CustomStringConver
       }
     } else if let value = try container.decodeIfPresent(String.self, forKey: .t) {
       self = .text(value)
+    } else if let value = try container.decodeIfPresent(String.self, forKey: .g) {
+      self = .reference(value)
     } else if let value = try container.decodeIfPresent(String.self, forKey: .b) {
       guard let data = Data(base64Encoded: value) else {
         throw DecodingError.dataCorruptedError(forKey: .b, in: container, debugDescription: "not base64")
@@ -95,6 +106,7 @@ public enum RowValue: Sendable, Equatable, Hashable, Codable, CustomStringConver
       }
     case .text(let value): try container.encode(value, forKey: .t)
     case .blob(let value): try container.encode(value.base64EncodedString(), forKey: .b)
+    case .reference(let gid): try container.encode(gid, forKey: .g)
     }
   }
 }

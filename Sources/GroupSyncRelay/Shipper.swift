@@ -22,6 +22,8 @@ struct Shipper {
     var tables: [TableImage]
     var unsupported: [RelayError]
     var notes: [ShippedNote] = []
+    /// What the shipment could not say exactly (told as errors).
+    var warnings: [String] = []
   }
 
   /// Ships what is pending; returns whether anything went to the log.
@@ -29,6 +31,7 @@ struct Shipper {
   func ship(_ connection: PostgresConnection) throws -> Bool {
     guard let plan = try makePlan() else { return false }
     for error in plan.unsupported { context.emit(.error(error.description)) }
+    for warning in plan.warnings { context.emit(.error(warning)) }
     guard plan.changeSets > 0 else {
       // Only the relay's own writes since the last shipment: nothing to
       // send; the place moves on in memory (and with the next shipment).
@@ -59,6 +62,8 @@ struct Shipper {
       plan.changeSets = max(plan.changeSets, 1)
       var tables = Set(pending.rows.keys).union(pending.wholeTables)
       if pending.everything { tables.formUnion(try TableShape.userTables(db)) }
+      // The global IDs given to new rows of this shipment, by table and rowid.
+      var assigned: [String: [Int64: String]] = [:]
       for table in tables.sorted() {
         let shape: TableShape
         do {
@@ -76,6 +81,7 @@ struct Shipper {
             images.append(RowImage(gid: entry.gid, rowID: rowID, base: entry.position, values: values, lost: nil))
           } else if let values {
             let gid = UUID().uuidString.lowercased()
+            assigned[table, default: [:]][rowID] = gid
             images.append(RowImage(gid: gid, rowID: rowID, base: 0, values: values, lost: nil))
           }
           // Neither mapped nor present: made and deleted before shipping.
@@ -93,7 +99,44 @@ struct Shipper {
           plan.tables.append(TableImage(name: table, columns: shape.columns, isSnapshot: whole, rows: images))
         }
       }
+      try translateReferences(&plan, assigned: assigned, db)
       return plan
+    }
+  }
+
+  /// Replaces each reference's rowid (this host's own) with the global ID
+  /// of the row it points at, so that every host stores its own rowid of
+  /// that same row.
+  private func translateReferences(_ plan: inout Plan, assigned: [String: [Int64: String]], _ db: Database) throws {
+    let graph = try ReferenceGraph.read(db, declared: context.references)
+    guard !graph.isEmpty else { return }
+    for index in plan.tables.indices {
+      let columns = plan.tables[index].columns
+      let translated = graph.references(from: plan.tables[index].name).compactMap { reference in
+        columns.firstIndex { $0.lowercased() == reference.column.lowercased() }.map { ($0, reference) }
+      }
+      guard !translated.isEmpty else { continue }
+      for row in plan.tables[index].rows.indices {
+        guard var values = plan.tables[index].rows[row].values else { continue }
+        for (column, reference) in translated {
+          guard case .integer(let rowID) = values[column] else { continue }
+          if let gid = try assigned[reference.parent]?[rowID]
+            ?? RowIdentityMap.entry(db, table: reference.parent, rowID: rowID)?.gid
+            ?? RowIdentityMap.tombstone(db, table: reference.parent, formerRowID: rowID)?.gid
+          {
+            values[column] = .reference(gid)
+          } else {
+            // A row this host does not have (foreign keys off, or a
+            // relation declared to the relay): no host can resolve it, so
+            // every host holds the image and says why.
+            values[column] = .reference("missing:\(context.host):\(reference.parent):\(rowID)")
+            plan.warnings.append(
+              "\(plan.tables[index].name).\(reference.column) of a row shipped from store '\(context.storeName)' "
+                + "points at rowid \(rowID) of \(reference.parent), which this host does not have")
+          }
+        }
+        plan.tables[index].rows[row].values = values
+      }
     }
   }
 

@@ -42,6 +42,13 @@ struct RelayCommand: ParsableCommand {
   @Option(name: .long, help: "Seconds of silence after which the link to PostgreSQL is taken for dead (default 6).")
   var deadLinkTimeout: Double?
 
+  @Option(
+    name: .customLong("reference"),
+    help: ArgumentHelp(
+      "A relation the schema does not declare: TABLE.COLUMN=PARENT[:set-null] (repeatable; every host the same).",
+      valueName: "relation"))
+  var references: [String] = []
+
   func run() throws {
     guard let policy = ConflictPolicy(rawValue: policy) else {
       throw ValidationError("--policy: one of \(ConflictPolicy.allCases.map(\.rawValue).joined(separator: ", "))")
@@ -50,6 +57,11 @@ struct RelayCommand: ParsableCommand {
     if !stores.isEmpty { configuration.stores = stores }
     configuration.policy = policy
     configuration.retention = retention
+    do {
+      configuration.references = try references.map(RowReference.init(parsing:))
+    } catch {
+      throw ValidationError("--reference: \(error)")
+    }
     configuration.pollInterval = .milliseconds(Int64(pollInterval * 1000))
     if let deadLinkTimeout {
       configuration.timeouts.deadLink = .milliseconds(Int64(deadLinkTimeout * 1000))

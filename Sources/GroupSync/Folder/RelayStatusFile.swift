@@ -25,10 +25,13 @@ public struct RelayStatus: Sendable, Codable, Equatable {
     public var lagSeconds: Double
     /// Conflicts seen since the relay started.
     public var conflicts: Int64
+    /// Row images waiting for a row a reference in them names (nil: a
+    /// relay that did not count them).
+    public var heldRows: Int64?
 
     public init(
       name: String, localSequence: Int64, shipped: Int64, unshipped: Int64, logHead: Int64, applied: Int64,
-      lagChangeSets: Int64, lagSeconds: Double, conflicts: Int64
+      lagChangeSets: Int64, lagSeconds: Double, conflicts: Int64, heldRows: Int64? = nil
     ) {
       self.name = name
       self.localSequence = localSequence
@@ -39,6 +42,7 @@ public struct RelayStatus: Sendable, Codable, Equatable {
       self.lagChangeSets = lagChangeSets
       self.lagSeconds = lagSeconds
       self.conflicts = conflicts
+      self.heldRows = heldRows
     }
   }
 

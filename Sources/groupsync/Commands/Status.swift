@@ -87,7 +87,8 @@ struct Status: AsyncParsableCommand {
           printLine(
             "            \(store.name): shipped \(store.shipped) of \(store.localSequence) (\(store.unshipped) unshipped), "
               + "applied \(store.applied) of \(store.logHead) (lag \(store.lagChangeSets), "
-              + String(format: "%.1f s", store.lagSeconds) + "), \(store.conflicts) conflicts")
+              + String(format: "%.1f s", store.lagSeconds) + "), \(store.conflicts) conflicts"
+              + (store.heldRows.map { $0 > 0 ? ", \($0) rows held (waiting for rows they refer to)" : "" } ?? ""))
         }
         if let error = relay.lastError { printLine("            last error: \(error)") }
       }

@@ -1,0 +1,174 @@
+import Foundation
+import GRDB
+
+/// How the applier keeps every reference pointing at the same row as on
+/// the host that wrote it (see ``RowReference``).
+extension Applier {
+  /// The state of one local transaction of the applier.
+  final class Pass {
+    let graph: ReferenceGraph
+    let pending: ReplicaContext.Unshipped
+    /// Rows changed here because a row they point at was deleted, in the
+    /// entry being applied (reported unless the entry names them too).
+    var followers:
+      [(table: String, gid: String?, rowID: Int64, columns: [String], values: [RowValue]?, reference: RowReference)] =
+        []
+    /// Rows being deleted (a cycle of references ends there).
+    var deleting: Set<String> = []
+    private var shapes: [String: TableShape?] = [:]
+
+    init(_ context: ReplicaContext, _ db: Database) throws {
+      graph = try ReferenceGraph.read(db, declared: context.references)
+      pending = try context.unshipped(db)
+    }
+
+    /// The local table `name`, or nil when it is none the relay can map.
+    func shape(_ name: String, _ db: Database) throws -> TableShape? {
+      if let known = shapes[name] { return known }
+      let shape = (try? TableShape.read(db, table: name, store: "")) ?? nil
+      shapes[name] = shape
+      return shape
+    }
+  }
+
+  /// An image's values with each reference made this host's rowid.
+  enum Translated {
+    case values([RowValue])
+    /// A reference names a row this host does not have (yet).
+    case held(reason: String)
+    /// A reference names a row deleted here (or in the log before), and
+    /// its ON DELETE deletes this row too.
+    case orphaned(RowReference, parent: String)
+  }
+
+  func translate(_ shipped: [RowValue], columns: [String], table: String, pass: Pass, _ db: Database) throws
+    -> Translated
+  {
+    var values = shipped
+    for reference in pass.graph.references(from: table) {
+      guard let index = columns.firstIndex(where: { $0.lowercased() == reference.column.lowercased() }) else {
+        continue
+      }
+      switch values[index] {
+      case .reference(let gid):
+        let parent = try RowIdentityMap.entry(db, table: reference.parent, gid: gid)
+        if let rowID = parent?.rowID, try pass.shape(reference.parent, db)?.values(db, rowID: rowID) != nil {
+          values[index] = .integer(rowID)
+          continue
+        }
+        guard parent != nil else {
+          return .held(
+            reason: "\(table).\(reference.column) points at row \(gid) of \(reference.parent), "
+              + "which this host does not have yet")
+        }
+        // Deleted here (its deletion may not have shipped yet) or in the log.
+        switch reference.onDelete {
+        case .cascade: return .orphaned(reference, parent: gid)
+        case .setNull: values[index] = .null
+        case .setDefault: values[index] = try Self.defaultValue(of: reference, db)
+        }
+      case .integer(let number):
+        // From a host that does not count the column as a reference: the
+        // number is a rowid there and may be another row's here.
+        return .held(
+          reason: "\(table).\(reference.column) holds the number \(number) from a host that does not translate "
+            + "it as a reference to \(reference.parent): give every host the same references")
+      default:
+        continue
+      }
+    }
+    return .values(values)
+  }
+
+  /// A reference column's declared default, when it is a number or NULL.
+  private static func defaultValue(of reference: RowReference, _ db: Database) throws -> RowValue {
+    let text = try Row.fetchAll(db, sql: "PRAGMA main.table_info(\(reference.table.quotedDatabaseIdentifier))")
+      .first { ($0["name"] as String?)?.lowercased() == reference.column.lowercased() }
+      .flatMap { $0["dflt_value"] as String? }
+    return text.flatMap { Int64($0) }.map(RowValue.integer) ?? .null
+  }
+
+  /// Deletes row `rowID` of `shape`, and first what points at it, as its
+  /// references' ON DELETE say (`RESTRICT` and `NO ACTION` as `CASCADE`:
+  /// the deletion happened on a host that could not see these rows, and it
+  /// stands everywhere). Done here rather than left to SQLite so that each
+  /// row that follows keeps its global ID's record right (a tombstone, so
+  /// that its rowid is never shipped as another row) and is reported.
+  func deleteRow(_ shape: TableShape, rowID: Int64, position: Int64, pass: Pass, _ db: Database) throws {
+    let key = "\(shape.name)/\(rowID)"
+    guard pass.deleting.insert(key).inserted else { return }
+    defer { pass.deleting.remove(key) }
+    for reference in pass.graph.references(to: shape.name) {
+      guard let child = try pass.shape(reference.table, db) else { continue }
+      let column = reference.column.quotedDatabaseIdentifier
+      let children = try Int64.fetchAll(
+        db.cachedStatement(sql: "SELECT rowid FROM \(child.quotedName) WHERE \(column) = ?"), arguments: [rowID])
+      for childRowID in children where !pass.deleting.contains("\(child.name)/\(childRowID)") {
+        let entry = try RowIdentityMap.entry(db, table: child.name, rowID: childRowID)
+        let values = try child.values(db, rowID: childRowID)
+        switch reference.onDelete {
+        case .cascade:
+          try deleteRow(child, rowID: childRowID, position: position, pass: pass, db)
+          if let entry {
+            try RowIdentityMap.set(.init(gid: entry.gid, rowID: nil, position: position), db, table: child.name)
+          }
+        case .setNull, .setDefault:
+          let value = reference.onDelete == .setNull ? RowValue.null : try Self.defaultValue(of: reference, db)
+          try db.cachedStatement(sql: "UPDATE \(child.quotedName) SET \(column) = ? WHERE rowid = ?")
+            .execute(arguments: [value.databaseValue, childRowID])
+        }
+        pass.followers.append((child.name, entry?.gid, childRowID, child.columns, values, reference))
+      }
+    }
+    try shape.delete(db, rowID: rowID)
+  }
+
+  /// Applies the held rows whose references resolve now, oldest first,
+  /// until none does; returns how many rows changed.
+  func applyHeldRows(pass: Pass, _ db: Database, _ shapes: inout [String: TableShape]) throws -> Int {
+    var changed = 0
+    var progress = true
+    while progress {
+      progress = false
+      for held in try HeldRows.all(db) {
+        let shape = try Self.shape(
+          of: held.table, columns: held.columns, store: context.storeName, db, &shapes)
+        let outcome = try applyRow(
+          held.image, columns: held.columns, shape: shape, position: held.position, pass: pass, db)
+        if outcome != .held { progress = true }
+        if outcome == .changed { changed += 1 }
+      }
+    }
+    return changed
+  }
+
+  /// Reports the rows that followed a deleted row in `entry` and that the
+  /// entry does not name: its origin did not have them (a child added on
+  /// another host while this one deleted the parent).
+  func reportFollowers(of entry: LogEntry, position: Int64, pass: Pass) {
+    defer { pass.followers.removeAll() }
+    guard !pass.followers.isEmpty else { return }
+    var named: Set<String> = []
+    for table in entry.tables { for row in table.rows { named.insert(table.name + "/" + row.gid) } }
+    for follower in pass.followers where !named.contains(follower.table + "/" + (follower.gid ?? "")) {
+      report(
+        parentDeleted: follower.reference, parent: nil, table: follower.table,
+        gid: follower.gid ?? "unshipped rowid \(follower.rowID)", columns: follower.columns, values: follower.values,
+        position: position)
+    }
+  }
+
+  /// Reports a row whose referenced row was deleted on another host: the
+  /// deletion won, and the row followed it.
+  func report(
+    parentDeleted reference: RowReference, parent: String?, table: String, gid: String, columns: [String],
+    values: [RowValue]?, position: Int64
+  ) {
+    let record = ConflictRecord(
+      store: context.storeName, table: table, gid: gid, sequence: position, columns: columns,
+      winnerHost: "deletion of \(reference.parent)" + (parent.map { " row \($0)" } ?? ""), winnerValues: nil,
+      loserHost: "gid \(gid)", loserValues: values, rule: "parent-deleted:\(reference.onDelete.rawValue)")
+    context.conflicts += 1
+    context.emit(.conflict(record))
+  }
+}

@@ -1,0 +1,71 @@
+import Foundation
+import GRDB
+
+/// Row images the applier cannot store yet, because a reference in them
+/// names a row this host does not have (`gs_relay_held` in the store):
+/// a child whose parent comes later in the same batch, or in an entry not
+/// applied yet, or held itself. They wait here, in the same transaction as
+/// the applied place, and are applied as soon as the row they point at
+/// arrives; a newer image of the same row replaces them. A reference is
+/// never stored as a number that means another row.
+///
+/// `gs_relay_held(tbl, gid, pos, columns, data, reason)`: the image of
+/// position `pos`, its columns and values as the log has them (JSON, the
+/// references as global IDs), and why it waits.
+enum HeldRows {
+  static let table = "gs_relay_held"
+
+  static func setUp(_ db: Database) throws {
+    try db.execute(sql: """
+      CREATE TABLE IF NOT EXISTS \(table) (
+        tbl TEXT NOT NULL, gid TEXT NOT NULL, pos INTEGER NOT NULL, columns TEXT NOT NULL, data TEXT NOT NULL,
+        reason TEXT NOT NULL, PRIMARY KEY (tbl, gid));
+      """)
+  }
+
+  struct Held: Sendable, Equatable {
+    var table: String
+    var image: RowImage
+    var columns: [String]
+    var position: Int64
+    var reason: String
+  }
+
+  /// Holds `image`; returns whether it was not held before (to tell once).
+  @discardableResult
+  static func hold(_ held: Held, _ db: Database) throws -> Bool {
+    let before = try Int64.fetchOne(
+      db.cachedStatement(sql: "SELECT pos FROM \(table) WHERE tbl = ? AND gid = ?"),
+      arguments: [held.table, held.image.gid])
+    let columns = String(decoding: try JSONEncoder().encode(held.columns), as: UTF8.self)
+    let data = String(decoding: try JSONEncoder().encode(held.image.values ?? []), as: UTF8.self)
+    try db.cachedStatement(sql: """
+      INSERT INTO \(table)(tbl, gid, pos, columns, data, reason) VALUES (?, ?, ?, ?, ?, ?)
+      ON CONFLICT(tbl, gid) DO UPDATE SET pos = excluded.pos, columns = excluded.columns, data = excluded.data,
+        reason = excluded.reason
+      """).execute(arguments: [held.table, held.image.gid, held.position, columns, data, held.reason])
+    return before == nil
+  }
+
+  /// Forgets the held image of a row once an image of `position` or later
+  /// comes for it (it supersedes what waited).
+  static func release(_ db: Database, table: String, gid: String, through position: Int64) throws {
+    try db.cachedStatement(sql: "DELETE FROM \(self.table) WHERE tbl = ? AND gid = ? AND pos <= ?")
+      .execute(arguments: [table, gid, position])
+  }
+
+  /// Every held image, oldest first.
+  static func all(_ db: Database) throws -> [Held] {
+    try Row.fetchAll(db, sql: "SELECT tbl, gid, pos, columns, data, reason FROM \(table) ORDER BY pos, tbl, gid")
+      .map { row in
+        let columns = try JSONDecoder().decode([String].self, from: Data((row[3] as String).utf8))
+        let values = try JSONDecoder().decode([RowValue].self, from: Data((row[4] as String).utf8))
+        let image = RowImage(gid: row[1], rowID: nil, base: 0, values: values, lost: nil)
+        return Held(table: row[0], image: image, columns: columns, position: row[2], reason: row[5])
+      }
+  }
+
+  static func count(_ db: Database) throws -> Int64 {
+    try Int64.fetchOne(db, sql: "SELECT count(*) FROM \(table)") ?? 0
+  }
+}
