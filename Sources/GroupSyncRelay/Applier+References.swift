@@ -15,6 +15,10 @@ extension Applier {
         []
     /// Rows being deleted (a cycle of references ends there).
     var deleting: Set<String> = []
+    /// Whether the entry being applied is this host's own: a row of it
+    /// that follows a deleted row was reported when that deletion was
+    /// applied here (or made here).
+    var ownEntry = false
     private var shapes: [String: TableShape?] = [:]
 
     init(_ context: ReplicaContext, _ db: Database) throws {
@@ -33,7 +37,9 @@ extension Applier {
 
   /// An image's values with each reference made this host's rowid.
   enum Translated {
-    case values([RowValue])
+    /// `followed`: a reference named a deleted row and was set NULL (or
+    /// to its default), as its ON DELETE says.
+    case values([RowValue], followed: (RowReference, parent: String)?)
     /// A reference names a row this host does not have (yet).
     case held(reason: String)
     /// A reference names a row deleted here (or in the log before), and
@@ -45,6 +51,7 @@ extension Applier {
     -> Translated
   {
     var values = shipped
+    var followed: (RowReference, parent: String)?
     for reference in pass.graph.references(from: table) {
       guard let index = columns.firstIndex(where: { $0.lowercased() == reference.column.lowercased() }) else {
         continue
@@ -67,6 +74,7 @@ extension Applier {
         case .setNull: values[index] = .null
         case .setDefault: values[index] = try Self.defaultValue(of: reference, db)
         }
+        followed = (reference, gid)
       case .integer(let number):
         // From a host that does not count the column as a reference: the
         // number is a rowid there and may be another row's here.
@@ -77,7 +85,7 @@ extension Applier {
         continue
       }
     }
-    return .values(values)
+    return .values(values, followed: followed)
   }
 
   /// A reference column's declared default, when it is a number or NULL.
@@ -160,6 +168,7 @@ extension Applier {
 
   /// Reports a row whose referenced row was deleted on another host: the
   /// deletion won, and the row followed it.
+  /// (Not for this host's own entries: see ``Pass/ownEntry``.)
   func report(
     parentDeleted reference: RowReference, parent: String?, table: String, gid: String, columns: [String],
     values: [RowValue]?, position: Int64

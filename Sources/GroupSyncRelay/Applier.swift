@@ -95,6 +95,7 @@ struct Applier {
       var shapes: [String: TableShape] = [:]
       for (position, origin, _, entry) in entries {
         if try applyNotes(entry.notes ?? [], own: origin == context.host, db) { notesAdded = true }
+        pass.ownEntry = origin == context.host
         for table in entry.tables {
           let shape = try Self.shape(of: table.name, columns: table.columns, store: context.storeName, db, &shapes)
           for row in table.rows {
@@ -103,6 +104,7 @@ struct Applier {
             }
           }
         }
+        pass.ownEntry = false
         // A child in the same entry as its parent, before it.
         rowCount += try applyHeldRows(pass: pass, db, &shapes)
         reportFollowers(of: entry, position: position, pass: pass)
@@ -224,8 +226,13 @@ struct Applier {
     var values = image.values
     if let shipped = values {
       switch try translate(shipped, columns: columns, table: table, pass: pass, db) {
-      case .values(let translated):
+      case .values(let translated, let followed):
         values = translated
+        if let (reference, parent) = followed, !pass.ownEntry {
+          report(
+            parentDeleted: reference, parent: parent, table: table, gid: image.gid, columns: columns,
+            values: image.values, position: position)
+        }
       case .held(let reason):
         let held = HeldRows.Held(table: table, image: image, columns: columns, position: position, reason: reason)
         if try HeldRows.hold(held, db) {
@@ -236,9 +243,11 @@ struct Applier {
         // The row it points at was deleted: the deletion stands, and this
         // row follows it as the reference's ON DELETE says.
         values = nil
-        report(
-          parentDeleted: reference, parent: parent, table: table, gid: image.gid, columns: columns,
-          values: image.values, position: position)
+        if !pass.ownEntry {
+          report(
+            parentDeleted: reference, parent: parent, table: table, gid: image.gid, columns: columns,
+            values: image.values, position: position)
+        }
       }
     }
     try HeldRows.release(db, table: table, gid: image.gid, through: position)

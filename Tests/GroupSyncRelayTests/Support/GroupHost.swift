@@ -49,6 +49,8 @@ final class GroupHost: @unchecked Sendable {
   let folder: String
   var policy = "last-writer-wins"
   var retention: Int64?
+  /// Relations declared to the relay (`--reference`).
+  var references: [String] = []
   var conninfo: String
   /// Wraps the relay's command line (executable, arguments), e.g. to run
   /// it in the host's network namespace (``NetworkLab/command(in:_:_:)``).
@@ -90,6 +92,7 @@ final class GroupHost: @unchecked Sendable {
       "relay", folder, "--postgres", conninfo, "--host", name, "--policy", policy, "--poll-interval", "0.2",
     ]
     if let retention { arguments += ["--retention", String(retention)] }
+    for reference in references { arguments += ["--reference", reference] }
     var environment = ProcessInfo.processInfo.environment
     for (key, value) in extra { environment[key] = value }
     let (program, programArguments) = launch?(Executables.groupsync, arguments) ?? (Executables.groupsync, arguments)
@@ -190,6 +193,20 @@ final class GroupHost: @unchecked Sendable {
     }
   }
 
+  /// The rows `sql` selects, each as its values joined by `|`, sorted: a
+  /// comparison by what the rows say (a join, say), not by local ids.
+  func rows(_ sql: String) throws -> [String] {
+    var configuration = Configuration()
+    configuration.readonly = true
+    let queue = try DatabaseQueue(path: folder + "/store.sqlite", configuration: configuration)
+    return try queue.read { db in
+      try Row.fetchAll(db, sql: sql).map { row in
+        row.databaseValues.map { $0.isNull ? "NULL" : (String.fromDatabaseValue($0) ?? $0.description) }
+          .joined(separator: "|")
+      }.sorted()
+    }
+  }
+
   /// The relay's last status file.
   func relayStatus() -> RelayStatus? {
     RelayStatusFile.readAll(group: folder).first { $0.host == name }
@@ -231,24 +248,40 @@ func waitForConvergence(
   }
 }
 
+/// The same, comparing what `query` selects on each host (a join that
+/// tells the relations, say) instead of `note` by global ID; returns it.
+@discardableResult
+func waitForConvergence(
+  _ hosts: [GroupHost], server: PostgresServer, query: String, timeout: Duration = .seconds(90)
+) async throws -> [String] {
+  let content = try await waitForConvergence(
+    hosts, timeout: timeout,
+    logHead: {
+      Int64(try server.query("SELECT coalesce(max(seq), 0) FROM gs_clock WHERE grp = 'app'").first?[0] ?? "0") ?? 0
+    },
+    content: { ["": try $0.rows(query)] })
+  return content[""] ?? []
+}
+
 /// The same, with the log's head read by `logHead`.
 @discardableResult
 func waitForConvergence(
-  _ hosts: [GroupHost], timeout: Duration = .seconds(90), logHead: () throws -> Int64
+  _ hosts: [GroupHost], timeout: Duration = .seconds(90), logHead: () throws -> Int64,
+  content: (GroupHost) throws -> [String: [String]] = { try $0.content() }
 ) async throws -> [String: [String]] {
   let deadline = ContinuousClock.now + timeout
   var last = ""
   while true {
     let head = try logHead()
     let statuses = hosts.map { $0.relayStatus() }
-    let contents = try hosts.map { try $0.content() }
+    let contents = try hosts.map { try content($0) }
     let settled = statuses.allSatisfy { status in
       guard let store = status?.stores.first else { return false }
       return store.unshipped == 0 && store.applied == head && store.logHead == head
     }
     if settled && contents.allSatisfy({ $0 == contents[0] }) { return contents[0] }
     last = "head \(head); " + zip(hosts, statuses).map { host, status in
-      "\(host.name): \(status?.stores.first.map { "unshipped \($0.unshipped) applied \($0.applied) head \($0.logHead)" } ?? "no status") rows \((try? host.content().count) ?? -1)"
+      "\(host.name): \(status?.stores.first.map { "unshipped \($0.unshipped) applied \($0.applied) head \($0.logHead)" } ?? "no status") rows \((try? content(host).values.map(\.count).reduce(0, +)) ?? -1)"
     }.joined(separator: "; ")
     guard ContinuousClock.now < deadline else {
       let errors = hosts.map { "\($0.name): \($0.eventLines.filter { $0.contains("error") || $0.contains("disconnected") }.suffix(3))" }
