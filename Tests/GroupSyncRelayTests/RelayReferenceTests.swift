@@ -64,6 +64,15 @@ extension RelayTests {
       expected.subtract(["f-b-1|f-b", "f-c-1|f-c", "f-a-5|f-a", "f-a-1|f-a"])
       expected.formUnion(["f-b-1|f-a", "f-c-1|f-b", "f-a-1|f-c", "late-c|f-a", "late-a|f-b"])
       #expect(relations == expected.sorted())
+      // A row's global ID names the same row on every host, through the library.
+      let stores = try hosts.map { try GroupFolder(path: $0.folder, create: false).store }
+      let aID = try #require(Int64(try hosts[0].rows("SELECT id FROM item WHERE label = 'f-b-1'").first ?? ""))
+      let gid = try #require(try stores[0].globalID(table: "item", rowID: aID))
+      for (host, store) in zip(hosts, stores) {
+        let rowID = try #require(try store.rowID(table: "item", globalID: gid))
+        #expect(try host.rows("SELECT label FROM item WHERE id = \(rowID)") == ["f-b-1"])
+      }
+      #expect(try stores[1].rowID(table: "item", globalID: "no-such-row") == nil)
       for host in hosts {
         #expect(host.events("held").isEmpty && host.events("error").isEmpty, "\(host.name): \(host.eventLines)")
         // The relay told which keys are each host's own and what it translates.
