@@ -19,11 +19,20 @@ extension Applier {
     /// that follows a deleted row was reported when that deletion was
     /// applied here (or made here).
     var ownEntry = false
+    /// Whether any row may be held (most stores never hold one: no
+    /// statement is spent on it then).
+    var mayHold: Bool
     private var shapes: [String: TableShape?] = [:]
 
     init(_ context: ReplicaContext, _ db: Database) throws {
       graph = try ReferenceGraph.read(db, declared: context.references)
       pending = try context.unshipped(db)
+      mayHold = try HeldRows.count(db) > 0
+    }
+
+    /// Forgets what waited for the row `gid` up to `position`.
+    func release(_ db: Database, table: String, gid: String, through position: Int64) throws {
+      if mayHold { try HeldRows.release(db, table: table, gid: gid, through: position) }
     }
 
     /// The local table `name`, or nil when it is none the relay can map.
@@ -134,6 +143,7 @@ extension Applier {
   /// Applies the held rows whose references resolve now, oldest first,
   /// until none does; returns how many rows changed.
   func applyHeldRows(pass: Pass, _ db: Database, _ shapes: inout [String: TableShape]) throws -> Int {
+    guard pass.mayHold else { return 0 }
     var changed = 0
     var progress = true
     while progress {

@@ -105,10 +105,11 @@ struct Applier {
           }
         }
         pass.ownEntry = false
-        // A child in the same entry as its parent, before it.
-        rowCount += try applyHeldRows(pass: pass, db, &shapes)
         reportFollowers(of: entry, position: position, pass: pass)
       }
+      // A child that came before its parent (in the same entry, or in an
+      // earlier one); a newer image of a held row has replaced it already.
+      rowCount += try applyHeldRows(pass: pass, db, &shapes)
       // Entries that changed nothing here (this host's own, mostly) leave
       // the stored place behind, and the transaction commits nothing: a
       // relay restarted there reads them again and skips them again.
@@ -212,7 +213,7 @@ struct Applier {
     let table = shape.name
     let mapping = try RowIdentityMap.entry(db, table: table, gid: image.gid)
     if let mapping, mapping.position >= position {
-      try HeldRows.release(db, table: table, gid: image.gid, through: position)
+      try pass.release(db, table: table, gid: image.gid, through: position)
       return .unchanged
     }
     // Held while this host's own change to the row waits to ship, where it
@@ -220,7 +221,7 @@ struct Applier {
     // hold such a change (a table shipped whole ships only the rows it
     // has): it is applied now, or it would be lost once the place moves on.
     if pass.pending.holds(mapping, table: table) {
-      try HeldRows.release(db, table: table, gid: image.gid, through: position)
+      try pass.release(db, table: table, gid: image.gid, through: position)
       return .unchanged
     }
     var values = image.values
@@ -235,6 +236,7 @@ struct Applier {
         }
       case .held(let reason):
         let held = HeldRows.Held(table: table, image: image, columns: columns, position: position, reason: reason)
+        pass.mayHold = true
         if try HeldRows.hold(held, db) {
           context.emit(.held(store: context.storeName, table: table, gid: image.gid, reason: reason))
         }
@@ -250,7 +252,7 @@ struct Applier {
         }
       }
     }
-    try HeldRows.release(db, table: table, gid: image.gid, through: position)
+    try pass.release(db, table: table, gid: image.gid, through: position)
     let localValues = try mapping?.rowID.flatMap { try shape.values(db, rowID: $0, columns: columns) }
     guard let values else {
       if let rowID = mapping?.rowID, localValues != nil {
