@@ -142,17 +142,15 @@ extension Applier {
 
   /// Applies the held rows whose references resolve now, oldest first,
   /// until none does; returns how many rows changed.
-  func applyHeldRows(pass: Pass, _ db: Database, _ shapes: inout [String: TableShape]) throws -> Int {
+  func applyHeldRows(pass: Pass, _ db: Database, _ shapes: inout [String: TableShape?]) throws -> Int {
     guard pass.mayHold else { return 0 }
     var changed = 0
     var progress = true
     while progress {
       progress = false
       for held in try HeldRows.all(db) {
-        let shape = try Self.shape(
-          of: held.table, columns: held.columns, store: context.storeName, db, &shapes)
-        let outcome = try applyRow(
-          held.image, columns: held.columns, shape: shape, position: held.position, pass: pass, db)
+        let outcome = try applyImage(
+          held.image, table: held.table, columns: held.columns, position: held.position, pass: pass, db, &shapes)
         if outcome != .held { progress = true }
         if outcome == .changed { changed += 1 }
       }

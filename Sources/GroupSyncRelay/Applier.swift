@@ -26,6 +26,7 @@ struct Applier {
   @discardableResult
   func apply(_ connection: PostgresConnection) throws -> Bool {
     let context = self.context
+    try reconcileSchema()
     if let reason = context.divergence {
       try resync(connection, reason: reason, diverged: true)
       return true
@@ -92,16 +93,15 @@ struct Applier {
       let pass = try Pass(context, db)
       let changesBefore = db.totalChangesCount
       var notesAdded = false
-      var shapes: [String: TableShape] = [:]
+      var shapes: [String: TableShape?] = [:]
       for (position, origin, _, entry) in entries {
         if try applyNotes(entry.notes ?? [], own: origin == context.host, db) { notesAdded = true }
         pass.ownEntry = origin == context.host
         for table in entry.tables {
-          let shape = try Self.shape(of: table.name, columns: table.columns, store: context.storeName, db, &shapes)
           for row in table.rows {
-            if try applyRow(row, columns: table.columns, shape: shape, position: position, pass: pass, db) == .changed {
-              rowCount += 1
-            }
+            let outcome = try applyImage(
+              row, table: table.name, columns: table.columns, position: position, pass: pass, db, &shapes)
+            if outcome == .changed { rowCount += 1 }
           }
         }
         pass.ownEntry = false
@@ -182,21 +182,134 @@ struct Applier {
     return added
   }
 
-  /// The local table `name`, checked against an entry's columns.
-  static func shape(
-    of name: String, columns: [String], store: String, _ db: Database, _ shapes: inout [String: TableShape]
-  ) throws -> TableShape {
-    if let shape = shapes[name] {
-      try shape.check(columns, store: store)
-      return shape
-    }
-    guard let shape = try TableShape.read(db, table: name, store: store) else {
-      throw RelayError.schemaMismatch(
-        store: store, table: name, column: nil, reason: "this host's store has no such table")
-    }
-    try shape.check(columns, store: store)
+  /// The local table `name` (nil: this host has no such table), read once
+  /// per transaction.
+  func localShape(_ name: String, _ db: Database, _ shapes: inout [String: TableShape?]) throws -> TableShape? {
+    if let shape = shapes[name] { return shape }
+    let shape = try TableShape.read(db, table: name, store: context.storeName)
     shapes[name] = shape
     return shape
+  }
+
+  /// Applies one image of table `name` as the log has it, whatever this
+  /// host's version of the schema (a rolling upgrade):
+  /// - to a table this host does not have yet, it waits (held), and is
+  ///   applied once this host has the table;
+  /// - columns this host does not have yet are kept aside (``SchemaDrift``)
+  ///   and filled in once it has them; the others are applied now;
+  /// - a column of this host's table the image lacks keeps its value (its
+  ///   default in a new row);
+  /// - a column this host had and no longer has (dropped or renamed here)
+  ///   is no additive change: the entry waits, with an error naming it.
+  func applyImage(
+    _ image: RowImage, table name: String, columns: [String], position: Int64, pass: Pass, _ db: Database,
+    _ shapes: inout [String: TableShape?]
+  ) throws -> Outcome {
+    guard let shape = try localShape(name, db, &shapes) else {
+      guard image.values != nil else {
+        try pass.release(db, table: name, gid: image.gid, through: position)
+        return .unchanged
+      }
+      let reason = "table \(name) does not exist here yet (added on another host): applied once it does"
+      return try hold(image, table: name, columns: columns, position: position, reason: reason, pass: pass, db)
+    }
+    let local = Set(shape.columns.map { $0.lowercased() })
+    let unknown = columns.indices.filter { !local.contains(columns[$0].lowercased()) }
+    guard !unknown.isEmpty else {
+      return try applyRow(image, columns: columns, shape: shape, position: position, pass: pass, db)
+    }
+    for index in unknown where try SchemaDrift.hadColumn(db, table: name, column: columns[index]) {
+      throw RelayError.schemaMismatch(
+        store: context.storeName, table: name, column: columns[index],
+        reason: "the entry has the column and this host's table no longer has it (dropped or renamed here); "
+          + "the entry waits until the schemas agree")
+    }
+    let kept = columns.indices.filter { local.contains(columns[$0].lowercased()) }
+    var known = image
+    known.values = image.values.map { values in kept.map { values[$0] } }
+    let stale = try (RowIdentityMap.entry(db, table: name, gid: image.gid)?.position ?? 0) >= position
+    let outcome = try applyRow(known, columns: kept.map { columns[$0] }, shape: shape, position: position, pass: pass, db)
+    if outcome == .held {
+      // It waits whole, the columns this host lacks included.
+      try HeldRows.replaceImage(image, table: name, columns: columns, db)
+    } else if let values = image.values, !stale {
+      try SchemaDrift.keep(
+        db, table: name, gid: image.gid, columns: unknown.map { columns[$0] }, values: unknown.map { values[$0] },
+        position: position)
+    } else if image.values == nil {
+      try SchemaDrift.forget(db, table: name, gid: image.gid)
+    }
+    return outcome
+  }
+
+  /// Inserts a row. A column this host's table requires (NOT NULL, no
+  /// default) that the image lacks or holds NULL in is a schema
+  /// difference, named; the entry waits until the schemas agree.
+  private func insert(_ shape: TableShape, columns: [String], values: [RowValue], _ db: Database) throws -> Int64 {
+    do {
+      return try shape.insert(db, columns: columns, values: values)
+    } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_NOTNULL {
+      let column = error.message?.components(separatedBy: ".").last ?? "?"
+      let shipped = columns.contains { $0.lowercased() == column.lowercased() }
+      throw RelayError.schemaMismatch(
+        store: context.storeName, table: shape.name, column: column,
+        reason: shipped
+          ? "the entry holds NULL and this host's table requires a value"
+          : "this host's table requires the column (NOT NULL, no default) and the entry has not")
+    }
+  }
+
+  /// Holds `image` until it can be applied; told once per row.
+  func hold(
+    _ image: RowImage, table: String, columns: [String], position: Int64, reason: String, pass: Pass, _ db: Database
+  ) throws -> Outcome {
+    pass.mayHold = true
+    let held = HeldRows.Held(table: table, image: image, columns: columns, position: position, reason: reason)
+    if try HeldRows.hold(held, db) {
+      context.emit(.held(store: context.storeName, table: table, gid: image.gid, reason: reason))
+    }
+    return .held
+  }
+
+  /// After this host's schema changed (its own migration): records its
+  /// columns, fills in the values kept for columns it has now, and applies
+  /// the rows held for tables it has now. Runs before anything ships, so a
+  /// table the migration made the relay ship whole ships the filled-in
+  /// values, never the new columns' defaults over them.
+  func reconcileSchema() throws {
+    let context = self.context
+    let version = try context.store.read { db in try Int64.fetchOne(db, sql: "PRAGMA main.schema_version") ?? 0 }
+    guard version != context.schemaVersion else { return }
+    try context.store.write { db in
+      db.clearSchemaCache()
+      try SchemaDrift.recordColumns(db)
+      let pass = try Pass(context, db)
+      for kept in try SchemaDrift.takeArrived(db) {
+        // Not over a value this host wrote itself since (the migration that
+        // added the column made the whole table count as changed, so the
+        // column's value tells: still its default, or not).
+        guard let mapping = try RowIdentityMap.entry(db, table: kept.table, gid: kept.gid), let rowID = mapping.rowID,
+          !(pass.pending.rows[kept.table]?.contains(rowID) ?? false)
+        else { continue }
+        var value = kept.value
+        if case .reference(let gid) = value {
+          let reference = pass.graph.references(from: kept.table).first {
+            $0.column.lowercased() == kept.column.lowercased()
+          }
+          let parent = try reference.flatMap { try RowIdentityMap.entry(db, table: $0.parent, gid: gid)?.rowID }
+          value = parent.map(RowValue.integer) ?? .null
+        }
+        let column = kept.column.quotedDatabaseIdentifier
+        let fallback = try SchemaDrift.defaultExpression(db, table: kept.table, column: kept.column)
+        try db.execute(
+          sql: "UPDATE main.\(kept.table.quotedDatabaseIdentifier) SET \(column) = ? "
+            + "WHERE rowid = ? AND \(column) IS (\(fallback))",
+          arguments: [value.databaseValue, rowID])
+      }
+      var shapes: [String: TableShape?] = [:]
+      _ = try applyHeldRows(pass: pass, db, &shapes)
+    }
+    context.schemaVersion = version
   }
 
   /// What applying one row image did here.
@@ -235,12 +348,7 @@ struct Applier {
             values: image.values, position: position)
         }
       case .held(let reason):
-        let held = HeldRows.Held(table: table, image: image, columns: columns, position: position, reason: reason)
-        pass.mayHold = true
-        if try HeldRows.hold(held, db) {
-          context.emit(.held(store: context.storeName, table: table, gid: image.gid, reason: reason))
-        }
-        return .held
+        return try hold(image, table: table, columns: columns, position: position, reason: reason, pass: pass, db)
       case .orphaned(let reference, let parent):
         // The row it points at was deleted: the deletion stands, and this
         // row follows it as the reference's ON DELETE says.
@@ -270,7 +378,7 @@ struct Applier {
       }
     }
     return try withUniqueKeys(image, values: values, shape: shape, position: position, pass: pass, db) {
-      let rowID = try shape.insert(db, columns: columns, values: values)
+      let rowID = try insert(shape, columns: columns, values: values, db)
       try RowIdentityMap.set(.init(gid: image.gid, rowID: rowID, position: position), db, table: table)
       return rowID
     }
@@ -394,7 +502,7 @@ struct Applier {
         try RowIdentityMap.forgetPositions(db)
         try restoreDeletionsToShip(pending: pending, db)
       }
-      var shapes: [String: TableShape] = [:]
+      var shapes: [String: TableShape?] = [:]
       var known: [String: Set<String>] = [:]
       for row in rows {
         guard let table = row[0], let gid = row[1], let position = row[2].flatMap({ Int64($0) }),
@@ -403,9 +511,8 @@ struct Applier {
         known[table, default: []].insert(gid)
         let columns = try JSONDecoder().decode([String].self, from: Data(columnsText.utf8))
         let values = try row[4].map { try JSONDecoder().decode([RowValue].self, from: Data($0.utf8)) }
-        let shape = try Self.shape(of: table, columns: columns, store: context.storeName, db, &shapes)
         let image = RowImage(gid: gid, rowID: nil, base: 0, values: values, lost: nil)
-        let outcome = try applyRow(image, columns: columns, shape: shape, position: position, pass: pass, db)
+        let outcome = try applyImage(image, table: table, columns: columns, position: position, pass: pass, db, &shapes)
         if outcome == .changed {
           rowCount += 1
         } else if outcome == .unchanged, diverged, let mapping = try RowIdentityMap.entry(db, table: table, gid: gid), mapping.position == 0,

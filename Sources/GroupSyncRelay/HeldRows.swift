@@ -47,6 +47,15 @@ enum HeldRows {
     return before == nil
   }
 
+  /// Replaces the image held for the row (its columns and values), keeping
+  /// its position and reason.
+  static func replaceImage(_ image: RowImage, table: String, columns: [String], _ db: Database) throws {
+    let columns = String(decoding: try JSONEncoder().encode(columns), as: UTF8.self)
+    let data = String(decoding: try JSONEncoder().encode(image.values ?? []), as: UTF8.self)
+    try db.cachedStatement(sql: "UPDATE \(self.table) SET columns = ?, data = ? WHERE tbl = ? AND gid = ?")
+      .execute(arguments: [columns, data, table, image.gid])
+  }
+
   /// Forgets the held image of a row once an image of `position` or later
   /// comes for it (it supersedes what waited).
   static func release(_ db: Database, table: String, gid: String, through position: Int64) throws {

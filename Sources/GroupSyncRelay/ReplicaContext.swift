@@ -27,6 +27,9 @@ final class ReplicaContext: @unchecked Sendable {
   /// The log's last position as last read, and its purge horizon.
   var logHead: Int64 = 0
   var conflicts: Int64 = 0
+  /// The store's schema version when the relay last reconciled with it
+  /// (nil: not yet since it started).
+  var schemaVersion: Int64?
   /// Set when the log lost this host's shipments (found on connecting):
   /// the next pass re-synchronises as after a divergence.
   var divergence: String?
@@ -54,6 +57,7 @@ final class ReplicaContext: @unchecked Sendable {
     place = try store.write { db in
       try RowIdentityMap.setUp(db)
       try HeldRows.setUp(db)
+      try SchemaDrift.setUp(db)
       return try RowIdentityMap.place(db, group: group, host: host)
     }
   }

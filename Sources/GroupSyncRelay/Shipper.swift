@@ -29,6 +29,9 @@ struct Shipper {
   /// Ships what is pending; returns whether anything went to the log.
   @discardableResult
   func ship(_ connection: PostgresConnection) throws -> Bool {
+    // After a migration here, the values kept for its new columns are
+    // filled in first: a table it makes ship whole ships them.
+    try Applier(context: context).reconcileSchema()
     guard let plan = try makePlan() else { return false }
     for error in plan.unsupported { context.emit(.error(error.description)) }
     for warning in plan.warnings { context.emit(.error(warning)) }
@@ -52,8 +55,10 @@ struct Shipper {
     // Most wake-ups find nothing new: ask without a transaction first.
     guard try context.store.currentSequence() > context.place.shipped else { return nil }
     return try context.store.read { db -> Plan? in
-      // Another process may have changed the schema since GRDB cached it.
+      // Another process may have changed the schema since GRDB cached it;
+      // a migration since the reconciliation ships on the next pass.
       db.clearSchemaCache()
+      guard try Int64.fetchOne(db, sql: "PRAGMA main.schema_version") == context.schemaVersion else { return nil }
       let pending = try context.unshipped(db)
       guard pending.head > context.place.shipped else { return nil }
       var plan = Plan(
@@ -297,7 +302,9 @@ struct Shipper {
       // In this shipment's column order: hosts may list the same columns
       // in another order (a column added later by ALTER TABLE).
       let theirs = try now.data.map {
-        try Self.values(try JSONDecoder().decode([RowValue].self, from: Data($0.utf8)), columns: now.columns, as: table.columns)
+        try Self.values(
+          try JSONDecoder().decode([RowValue].self, from: Data($0.utf8)), columns: now.columns, as: table.columns,
+          else: image.values)
       }
       if now.data == data && now.columns == columnsJSON {
         // The same values: no conflict, and nothing to change.
@@ -365,13 +372,18 @@ struct Shipper {
   }
 
   /// `values`, listed in the order of the JSON array `columns`, in the
-  /// order of `wanted` (a column missing from them is NULL).
-  static func values(_ values: [RowValue], columns: String, as wanted: [String]) throws -> [RowValue] {
+  /// order of `wanted`. A column they lack (written by a host whose schema
+  /// did not have it yet, during a rolling upgrade) takes its value from
+  /// `fallback` (this host's image, in `wanted` order): the other host did
+  /// not touch it. NULL when there is none.
+  static func values(_ values: [RowValue], columns: String, as wanted: [String], else fallback: [RowValue]?) throws
+    -> [RowValue]
+  {
     let names = try JSONDecoder().decode([String].self, from: Data(columns.utf8))
     guard names != wanted else { return values }
     var byName: [String: RowValue] = [:]
     for (name, value) in zip(names, values) { byName[name.lowercased()] = value }
-    return wanted.map { byName[$0.lowercased()] ?? .null }
+    return wanted.indices.map { byName[wanted[$0].lowercased()] ?? fallback?[$0] ?? .null }
   }
 
   /// Records this host's rows of its own `entry`: a new row's global ID

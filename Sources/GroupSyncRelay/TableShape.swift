@@ -59,23 +59,6 @@ struct TableShape: Sendable, Equatable {
     columns.isEmpty ? "NULL" : columns.map(\.quotedDatabaseIdentifier).joined(separator: ", ")
   }
 
-  /// Checks that `columns` (an entry's) are this table's, in any order.
-  ///
-  /// - Throws: ``RelayError/schemaMismatch(store:table:column:reason:)``
-  ///   naming the first column one side has and the other has not.
-  func check(_ shipped: [String], store: String) throws {
-    let local = Set(columns.map { $0.lowercased() })
-    for column in shipped where !local.contains(column.lowercased()) {
-      throw RelayError.schemaMismatch(
-        store: store, table: name, column: column, reason: "the entry has the column and this host's table has not")
-    }
-    let remote = Set(shipped.map { $0.lowercased() })
-    for column in columns where !remote.contains(column.lowercased()) {
-      throw RelayError.schemaMismatch(
-        store: store, table: name, column: column, reason: "this host's table has the column and the entry has not")
-    }
-  }
-
   /// Inserts a row under a fresh local rowid, above every rowid the table
   /// holds and every rowid a global ID still maps to; returns it.
   ///

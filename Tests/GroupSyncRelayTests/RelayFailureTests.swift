@@ -197,37 +197,6 @@ extension RelayTests {
     }
   }
 
-  /// A table whose columns differ between hosts is refused with an error
-  /// naming table and column, nothing of the entry is applied, and the
-  /// entry applies once the schema matches.
-  @Test func aSchemaMismatchIsRefusedWhole() async throws {
-    try await PostgresServer.with { server in
-      let root = try HostsFolder()
-      let a = try await GroupHost("a", root: root.path, server: server)
-      let b = try await GroupHost(
-        "b", root: root.path, server: server,
-        schema: "CREATE TABLE note(id INTEGER PRIMARY KEY, title TEXT UNIQUE, body TEXT, n INTEGER, b BLOB);")
-      try await a.startRelay()
-      try await b.startRelay()
-      try await a.exec([
-        "INSERT INTO note(title, body) VALUES ('one', 'x')", "INSERT INTO note(title, body) VALUES ('two', 'y')",
-      ])
-      try await waitUntil("b refuses") { b.events("error").contains { ($0["value"] as? String)?.contains("schema mismatch") == true } }
-      let error = b.events("error").compactMap { $0["value"] as? String }.first { $0.contains("schema mismatch") } ?? ""
-      #expect(error.contains("table 'note'") && error.contains("column 'x'"))
-      #expect(try b.content().isEmpty)
-      try await waitUntil("b's status shows the error") {
-        b.relayStatus()?.lastError?.contains("schema mismatch") == true
-      }
-      let status = try await Executables.groupsync(["status", b.folder])
-      #expect(status.contains("last error: schema mismatch"))
-      #expect(b.relayStatus()?.stores.first.map { $0.applied < $0.logHead } == true)
-      try await b.exec(["ALTER TABLE note ADD COLUMN x REAL"])
-      let content = try await waitForConvergence([a, b], server: server)
-      #expect(content.count == 2)
-    }
-  }
-
   /// The server down when the relay starts, and again while hosts write:
   /// hosts go on locally, the relay says it is not connected, and
   /// everything ships once the server is back.
