@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GroupSync
 
 /// The relay's tables inside each replicated store. Their names do not
 /// start with `groupsync_` on purpose: GroupSync's capture reports them,
@@ -22,7 +23,7 @@ import GRDB
 ///   applied).
 ///   `applied` is written in the same transaction as the rows it applied.
 enum RowIdentityMap {
-  static let rowTable = "gs_relay_row"
+  static let rowTable = Store.globalIDTable
   static let stateTable = "gs_relay_state"
 
   static func setUp(_ db: Database) throws {

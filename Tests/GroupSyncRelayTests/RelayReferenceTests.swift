@@ -67,12 +67,19 @@ extension RelayTests {
       // A row's global ID names the same row on every host, through the library.
       let stores = try hosts.map { try GroupFolder(path: $0.folder, create: false).store }
       let aID = try #require(Int64(try hosts[0].rows("SELECT id FROM item WHERE label = 'f-b-1'").first ?? ""))
-      let gid = try #require(try stores[0].globalID(table: "item", rowID: aID))
+      let gid = try #require(try stores[0].globalID(of: ObjectID(storeID: stores[0].storeID, table: "item", rowID: aID)))
       for (host, store) in zip(hosts, stores) {
-        let rowID = try #require(try store.rowID(table: "item", globalID: gid))
-        #expect(try host.rows("SELECT label FROM item WHERE id = \(rowID)") == ["f-b-1"])
+        let id = try #require(try store.objectID(table: "item", globalID: gid))
+        #expect(try host.rows("SELECT label FROM item WHERE id = \(id.rowID)") == ["f-b-1"])
+        // Through a context too.
+        let object = try #require(try Context(try GroupFolder(path: host.folder, create: false)).object(globalID: gid, table: "item"))
+        #expect(object.objectID == id)
+        // And in the history as the CLI prints it: each change set names
+        // the rows' global IDs beside their URIs.
+        let log = try await Executables.groupsync(["log", host.folder, "--json"])
+        #expect(log.contains("\"globalIDs\"") && log.contains(gid), "\(host.name): \(log.suffix(600))")
       }
-      #expect(try stores[1].rowID(table: "item", globalID: "no-such-row") == nil)
+      #expect(try stores[1].objectID(table: "item", globalID: "no-such-row") == nil)
       for host in hosts {
         #expect(host.events("held").isEmpty && host.events("error").isEmpty, "\(host.name): \(host.eventLines)")
         // The relay told which keys are each host's own and what it translates.

@@ -43,6 +43,10 @@ struct RelayTests {
       try await Executables.onThread { try watch.waitForLines(1, timeout: 30) }
       let line = try JSONSerialization.jsonObject(with: Data(try watch.readLine(timeout: 5).utf8)) as? [String: Any]
       #expect((line?["inserted"] as? [String])?.filter { $0.contains("/note/") }.count == 2)
+      // With each row's global ID, the same on every host.
+      let globalIDs = line?["globalIDs"] as? [String: String] ?? [:]
+      let gids = Set(try b.content().keys)
+      #expect(globalIDs.count == 2 && Set(globalIDs.values) == gids, "\(globalIDs)")
       // A's own commit came back from the log and changed nothing on A.
       let applied = a.events("applied")
       #expect(!applied.isEmpty && applied.allSatisfy { $0["rows"] as? Int == 0 && $0["localSequence"] == nil })

@@ -105,6 +105,19 @@ public final class Context {
     return register(ManagedObject(objectID: canonical, context: self, state: .fault))
   }
 
+  /// The object for the row a relay's global ID names in `table` of the
+  /// store `store` names (the main store by default): the same row on
+  /// every host, whatever its rowid here (see ``Store/globalID(of:)``).
+  /// nil when this host does not have that row (not arrived yet, or
+  /// deleted).
+  ///
+  /// - Throws: ``GroupSyncError/unknownStore(_:)`` for a store the group
+  ///   does not have; what ``object(with:)`` throws.
+  public func object(globalID: String, table: String, store name: String? = nil) throws -> ManagedObject? {
+    let store = try name.map { try group.store(named: $0) } ?? group.store
+    return try store.objectID(table: table, globalID: globalID).map { try object(with: $0) }
+  }
+
   /// The object for `id` with its row read: throws
   /// ``ContextError/objectNotFound(_:)`` if its store has no such row (and
   /// what ``object(with:)`` throws).

@@ -3,7 +3,12 @@ import GroupSync
 
 /// The JSON lines `watch --json` and `exec --json` print.
 enum ChangeSetJSON {
-  static func line(_ changeSet: ChangeSet, storeName: String? = nil, deliveredAtNs: Int64? = nil) -> String {
+  /// `globalIDs`: the rows' global IDs across hosts, where a relay gave
+  /// them (``Store/globalIDs(of:)``), as `{"URI": "global ID"}`.
+  static func line(
+    _ changeSet: ChangeSet, storeName: String? = nil, deliveredAtNs: Int64? = nil,
+    globalIDs: [ObjectID: String] = [:]
+  ) -> String {
     var object: [String: Any] = [
       "seq": changeSet.sequence,
       "store": changeSet.storeID.uuidString,
@@ -20,6 +25,7 @@ enum ChangeSetJSON {
       },
     ]
     if let deliveredAtNs { object["deliveredAtNs"] = deliveredAtNs }
+    if !globalIDs.isEmpty { object["globalIDs"] = Self.globalIDs(globalIDs) }
     if let storeName { object["storeName"] = storeName }
     return encode(object)
   }
@@ -30,6 +36,18 @@ enum ChangeSetJSON {
       "reset": true, "reason": reset.reason, "seq": reset.sequence, "expired": reset.isExpired,
       "store": (reset.storeID ?? mainStore).uuidString, "storeName": reset.store ?? NSNull(),
     ])
+  }
+
+  static func globalIDs(_ ids: [ObjectID: String]) -> [String: String] {
+    Dictionary(uniqueKeysWithValues: ids.map { ($0.key.uri, $0.value) })
+  }
+
+  /// The global IDs of the rows a change set names, when its store is in
+  /// `group` and a relay ran on it (none otherwise; a lookup that fails
+  /// leaves them out: they are extra information).
+  static func globalIDs(of changeSet: ChangeSet, in store: Store?) -> [ObjectID: String] {
+    guard let store else { return [:] }
+    return (try? store.globalIDs(of: Array(changeSet.inserted.union(changeSet.updated).union(changeSet.deleted)))) ?? [:]
   }
 
   static func encode(_ object: [String: Any]) -> String {

@@ -33,7 +33,7 @@ struct Log: AsyncParsableCommand {
       while remaining > 0 {
         let page = try store.history(after: after, limit: min(remaining, 1000))
         guard let last = page.last else { break }
-        for entry in page { printLine(json ? Self.jsonLine(entry, store: store.storeID) : Self.text(entry)) }
+        for entry in page { printLine(json ? Self.jsonLine(entry, store: store) : Self.text(entry)) }
         after = last.sequence
         remaining -= page.count
       }
@@ -57,9 +57,9 @@ struct Log: AsyncParsableCommand {
     }
   }
 
-  static func jsonLine(_ entry: HistoryEntry, store: UUID) -> String {
+  static func jsonLine(_ entry: HistoryEntry, store: Store) -> String {
     var object: [String: Any] = [
-      "seq": entry.sequence, "store": store.uuidString, "committedAtNs": entry.committedAtNanoseconds,
+      "seq": entry.sequence, "store": store.storeID.uuidString, "committedAtNs": entry.committedAtNanoseconds,
       "author": entry.author ?? NSNull(), "pid": entry.processID, "bytes": entry.byteCount,
     ]
     switch entry.changeSet {
@@ -68,6 +68,8 @@ struct Log: AsyncParsableCommand {
       object["updated"] = changeSet.updated.map(\.uri).sorted()
       object["deleted"] = changeSet.deleted.map(\.uri).sorted()
       object["invalidatedTables"] = changeSet.invalidatedTables.map(\.uri).sorted()
+      let globalIDs = ChangeSetJSON.globalIDs(of: changeSet, in: store)
+      if !globalIDs.isEmpty { object["globalIDs"] = ChangeSetJSON.globalIDs(globalIDs) }
     case .failure(let error):
       object["unreadable"] = "\(error)"
     }

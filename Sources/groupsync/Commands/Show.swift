@@ -22,7 +22,7 @@ struct Show: AsyncParsableCommand {
         guard let entry = try store.history(after: seq - 1, limit: 1).first, entry.sequence == seq else {
           throw ValidationError("the history of '\(path)' has no change set \(seq)")
         }
-        printLine(Log.jsonLine(entry, store: store.storeID))
+        printLine(Log.jsonLine(entry, store: store))
         return
       }
       guard let data = FileManager.default.contents(atPath: path) else {

@@ -54,9 +54,13 @@ struct Watch: AsyncParsableCommand {
           switch event {
           case .changes(let changeSet):
             let now = Int64(Date().timeIntervalSince1970 * 1e9)
-            let storeName = (try? group.store(withID: changeSet.storeID).name) ?? "?"
+            let store = try? group.store(withID: changeSet.storeID)
+            let storeName = store?.name ?? "?"
             printLine(
-              json ? ChangeSetJSON.line(changeSet, storeName: storeName, deliveredAtNs: now)
+              json
+                ? ChangeSetJSON.line(
+                  changeSet, storeName: storeName, deliveredAtNs: now,
+                  globalIDs: ChangeSetJSON.globalIDs(of: changeSet, in: store))
                 : Self.text(changeSet, storeName: storeName))
             delivered += 1
           case .reset(let reset):
