@@ -67,7 +67,7 @@ extension Applier {
       }
       switch values[index] {
       case .reference(let gid):
-        let parent = try RowIdentityMap.entry(db, table: reference.parent, gid: gid)
+        let parent = try RowIdentityMap.resolve(db, table: reference.parent, gid: gid)
         if let rowID = parent?.rowID, try pass.shape(reference.parent, db)?.values(db, rowID: rowID) != nil {
           values[index] = .integer(rowID)
           continue

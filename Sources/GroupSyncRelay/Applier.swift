@@ -372,36 +372,50 @@ struct Applier {
     if let rowID = mapping?.rowID, let localValues {
       try RowIdentityMap.set(.init(gid: image.gid, rowID: rowID, position: position), db, table: table)
       guard localValues != values else { return .unchanged }
-      return try withUniqueKeys(image, values: values, shape: shape, position: position, pass: pass, db) {
-        try shape.update(db, rowID: rowID, columns: columns, values: values)
-        return rowID
-      }
+      return try write(image, values: values, columns: columns, into: rowID, shape: shape, position: position, pass: pass, db)
     }
-    return try withUniqueKeys(image, values: values, shape: shape, position: position, pass: pass, db) {
-      let rowID = try insert(shape, columns: columns, values: values, db)
-      try RowIdentityMap.set(.init(gid: image.gid, rowID: rowID, position: position), db, table: table)
-      return rowID
-    }
+    return try write(image, values: values, columns: columns, into: nil, shape: shape, position: position, pass: pass, db)
   }
 
-  /// Runs `write`; when it hits a unique key another row of this host
-  /// holds, the row earlier in the log keeps the key, on every host alike:
-  /// a local row not shipped yet or later in the log is deleted here (its
-  /// deletion ships later if it was ever shipped), else the incoming image
-  /// is not applied. Either way a conflict is reported.
-  private func withUniqueKeys(
-    _ image: RowImage, values: [RowValue], shape: TableShape, position: Int64, pass: Pass, _ db: Database,
-    _ write: () throws -> Int64
+  /// Writes an image's values into row `target` (nil: a new row). When
+  /// they hit a unique key another row of this host holds, the row earlier
+  /// in the log keeps the key, on every host alike, and the two rows
+  /// become one: rows that point at the one that gives way point at the
+  /// other from then on (rows with the same key are the same row: a
+  /// default folder every host made at first start, say).
+  /// - The holder is earlier: the image is not applied; a new row's global
+  ///   ID becomes an alias of the holder's, so references to it resolve to
+  ///   the holder.
+  /// - The image is earlier (the holder is later in the log, or not shipped
+  ///   yet): a new row takes the holder's row over (its rowid, so what
+  ///   points at it here points at the winner), and the holder's global ID
+  ///   becomes an alias of the image's. An update of a row every host
+  ///   knows deletes the holder here instead (what points at it follows
+  ///   it), and that deletion ships if the holder changed here.
+  /// Either way a conflict is reported, with both rows' values.
+  private func write(
+    _ image: RowImage, values: [RowValue], columns: [String], into target: Int64?, shape: TableShape,
+    position: Int64, pass: Pass, _ db: Database
   ) throws -> Outcome {
+    var target = target
     for _ in 0..<8 {
       do {
-        _ = try write()
+        let rowID: Int64
+        if let target {
+          try shape.update(db, rowID: target, columns: columns, values: values)
+          rowID = target
+        } else {
+          rowID = try insert(shape, columns: columns, values: values, db)
+        }
+        try RowIdentityMap.set(.init(gid: image.gid, rowID: rowID, position: position), db, table: shape.name)
         return .changed
       } catch let error as DatabaseError
         where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE
         || error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY
       {
-        guard let holder = try uniqueKeyHolder(error, values: values, shape: shape, db) else { throw error }
+        guard let holder = try uniqueKeyHolder(error, values: values, shape: shape, db), holder != target else {
+          throw error
+        }
         let holderEntry = try RowIdentityMap.entry(db, table: shape.name, rowID: holder)
         let holderValues = try shape.values(db, rowID: holder)
         let holderPosition = holderEntry.map { $0.position > 0 ? $0.position : Int64.max } ?? Int64.max
@@ -415,10 +429,9 @@ struct Applier {
           record.loserValues = image.values
           context.conflicts += 1
           context.emit(.conflict(record))
-          // Its global ID is gone here: rows that point at it follow it
-          // (as on its origin, where the holder's image deleted it).
-          if try RowIdentityMap.entry(db, table: shape.name, gid: image.gid)?.rowID == nil {
-            try RowIdentityMap.set(.init(gid: image.gid, rowID: nil, position: position), db, table: shape.name)
+          if target == nil, let holderEntry {
+            try RowIdentityMap.set(
+              .init(gid: image.gid, rowID: nil, position: position, aliasOf: holderEntry.gid), db, table: shape.name)
           }
           return .unchanged
         }
@@ -428,10 +441,25 @@ struct Applier {
         record.loserValues = holderValues
         context.conflicts += 1
         context.emit(.conflict(record))
-        try deleteRow(shape, rowID: holder, position: position, pass: pass, db)
-        if let holderEntry, holderEntry.position > 0, !pass.pending.isDirty(table: shape.name, rowID: holder) {
-          try RowIdentityMap.set(.init(gid: holderEntry.gid, rowID: nil, position: position), db, table: shape.name)
+        guard target == nil else {
+          // Two rows every host knows: the holder gives way here, and its
+          // deletion ships if it changed here since (the other hosts delete
+          // it then, and what points at it follows it there as here).
+          try deleteRow(shape, rowID: holder, position: position, pass: pass, db)
+          if let holderEntry, holderEntry.position > 0, !pass.pending.isDirty(table: shape.name, rowID: holder) {
+            try RowIdentityMap.set(.init(gid: holderEntry.gid, rowID: nil, position: position), db, table: shape.name)
+          }
+          continue
         }
+        // A new row takes the holder's over: the holder was made here and
+        // not shipped (no other host knows it), or it is later in the log,
+        // where every other host makes it an alias of this one.
+        if let holderEntry {
+          try RowIdentityMap.set(
+            .init(gid: holderEntry.gid, rowID: nil, position: max(holderEntry.position, position), aliasOf: image.gid),
+            db, table: shape.name)
+        }
+        target = holder
       }
     }
     throw RelayError.invalidEntry(

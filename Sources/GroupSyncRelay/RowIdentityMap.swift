@@ -30,7 +30,7 @@ enum RowIdentityMap {
     try db.execute(sql: """
       CREATE TABLE IF NOT EXISTS \(rowTable) (
         tbl TEXT NOT NULL, gid TEXT NOT NULL, local_rowid INTEGER, pos INTEGER NOT NULL, former_rowid INTEGER,
-        PRIMARY KEY (tbl, gid));
+        alias_of TEXT, PRIMARY KEY (tbl, gid));
       CREATE UNIQUE INDEX IF NOT EXISTS \(rowTable)_local ON \(rowTable)(tbl, local_rowid);
       CREATE TABLE IF NOT EXISTS \(stateTable) (
         grp TEXT NOT NULL, host TEXT NOT NULL, shipped INTEGER NOT NULL, applied INTEGER NOT NULL,
@@ -40,6 +40,9 @@ enum RowIdentityMap {
     // Stores set up before these were kept.
     if !(try db.columns(in: rowTable).contains { $0.name == "former_rowid" }) {
       try db.execute(sql: "ALTER TABLE \(rowTable) ADD COLUMN former_rowid INTEGER")
+    }
+    if !(try db.columns(in: rowTable).contains { $0.name == "alias_of" }) {
+      try db.execute(sql: "ALTER TABLE \(rowTable) ADD COLUMN alias_of TEXT")
     }
     try db.execute(sql: "CREATE INDEX IF NOT EXISTS \(rowTable)_former ON \(rowTable)(tbl, former_rowid)")
     let columns = Set(try db.columns(in: stateTable).map(\.name))
@@ -108,6 +111,9 @@ enum RowIdentityMap {
     var position: Int64
     /// A tombstone's last rowid here (nil for a live row).
     var formerRowID: Int64? = nil
+    /// The row this one became one with (the two held the same value of a
+    /// unique key): references to this one resolve to it.
+    var aliasOf: String? = nil
   }
 
   static func entry(_ db: Database, table: String, rowID: Int64) throws -> Entry? {
@@ -119,9 +125,22 @@ enum RowIdentityMap {
 
   static func entry(_ db: Database, table: String, gid: String) throws -> Entry? {
     try Row.fetchOne(
-      db.cachedStatement(sql: "SELECT local_rowid, pos, former_rowid FROM \(rowTable) WHERE tbl = ? AND gid = ?"),
+      db.cachedStatement(
+        sql: "SELECT local_rowid, pos, former_rowid, alias_of FROM \(rowTable) WHERE tbl = ? AND gid = ?"),
       arguments: [table, gid]
-    ).map { Entry(gid: gid, rowID: $0[0], position: $0[1], formerRowID: $0[2]) }
+    ).map { Entry(gid: gid, rowID: $0[0], position: $0[1], formerRowID: $0[2], aliasOf: $0[3]) }
+  }
+
+  /// The entry of `gid`, or of the row it became one with (following
+  /// aliases): what a reference to `gid` points at here.
+  static func resolve(_ db: Database, table: String, gid: String) throws -> Entry? {
+    var entry = try self.entry(db, table: table, gid: gid)
+    for _ in 0..<16 {
+      guard let current = entry, current.rowID == nil, let alias = current.aliasOf else { return entry }
+      entry = try self.entry(db, table: table, gid: alias) ?? current
+      if entry == current { return entry }
+    }
+    return entry
   }
 
   /// The newest tombstone whose row had `rowID` here.
@@ -157,10 +176,11 @@ enum RowIdentityMap {
         """).execute(arguments: [table, rowID, entry.gid])
     }
     try db.cachedStatement(sql: """
-      INSERT INTO \(rowTable)(tbl, gid, local_rowid, pos, former_rowid) VALUES (?, ?, ?, ?, ?)
+      INSERT INTO \(rowTable)(tbl, gid, local_rowid, pos, former_rowid, alias_of) VALUES (?, ?, ?, ?, ?, ?)
       ON CONFLICT(tbl, gid) DO UPDATE SET local_rowid = excluded.local_rowid, pos = excluded.pos,
-        former_rowid = CASE WHEN excluded.local_rowid IS NULL THEN coalesce(local_rowid, former_rowid) END
-      """).execute(arguments: [table, entry.gid, entry.rowID, entry.position, entry.formerRowID])
+        former_rowid = CASE WHEN excluded.local_rowid IS NULL THEN coalesce(local_rowid, former_rowid) END,
+        alias_of = excluded.alias_of
+      """).execute(arguments: [table, entry.gid, entry.rowID, entry.position, entry.formerRowID, entry.aliasOf])
   }
 
   /// Raises the position of `gid` to `position` (never lowers it).

@@ -193,6 +193,45 @@ extension RelayTests {
     }
   }
 
+  /// Every host makes a default folder of the same (unique) name at first
+  /// start, and puts items in it, before hearing of the others: the
+  /// folders become one (the one earlier in the log keeps the name, on
+  /// every host), reported, and every item ends in it on every host, also
+  /// on a host that joins later. Nothing is deleted.
+  @Test func rowsWithTheSameUniqueKeyBecomeOneAndWhatPointsAtThemFollows() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      var hosts: [GroupHost] = []
+      for name in ["a", "b"] {
+        let host = try await GroupHost(name, root: root.path, server: server, schema: Self.foldersSchema)
+        try await host.exec([
+          "INSERT INTO folder(name) VALUES ('inbox')",
+          "INSERT INTO item(folder_id, label) SELECT id, '\(name)-' || n FROM folder, (SELECT 1 AS n UNION SELECT 2 UNION SELECT 3) WHERE name = 'inbox'",
+        ])
+        hosts.append(host)
+      }
+      let first = hosts[0]
+      try await first.startRelay()
+      try await waitUntil("a shipped") { first.events("shipped").contains { ($0["rows"] as? Int ?? 0) > 0 } }
+      try await hosts[1].startRelay()
+      let late = try await GroupHost("c", root: root.path, server: server, schema: Self.foldersSchema)
+      try await late.startRelay()
+      hosts.append(late)
+      let relations = try await waitForConvergence(hosts, server: server, query: Self.itemsByFolder)
+      #expect(relations == ["a-1|inbox", "a-2|inbox", "a-3|inbox", "b-1|inbox", "b-2|inbox", "b-3|inbox"])
+      for host in hosts {
+        #expect(try host.rows("SELECT count(*) FROM folder") == ["1"])
+        #expect(host.events("held").isEmpty, "\(host.name): \(host.events("held"))")
+      }
+      for host in hosts.prefix(2) {
+        try await waitUntil("\(host.name) reports it") {
+          host.events("conflict").contains { $0["rule"] as? String == "unique-key" }
+        }
+        #expect(!host.events("conflict").contains { ($0["rule"] as? String)?.hasPrefix("parent-deleted") ?? false })
+      }
+    }
+  }
+
   /// A relation the schema does not declare is a suspect until it is
   /// declared to the relay; then it is translated like a foreign key. A
   /// reference to a row the origin does not have is held on the other
