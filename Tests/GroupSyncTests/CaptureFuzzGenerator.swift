@@ -664,8 +664,13 @@ struct CaptureFuzzGenerator {
     nameCounter += 1
     let unique = random.chance(40) ? "UNIQUE " : ""
     let partial = random.chance(20) ? " WHERE \(FuzzSQL.quoted(column.name)) IS NOT NULL" : ""
+    // Now and then named like a trigger (another namespace).
+    let namesakes = schema.triggers.filter { trigger in
+      !(schema.tables.map(\.name) + schema.indexes).contains { FuzzSQL.sameIdentifier($0, trigger) }
+    }
+    let name = !namesakes.isEmpty && random.chance(25) ? random.pick(namesakes) : "ix\(nameCounter) é"
     return [
-      "CREATE \(unique)INDEX \(FuzzSQL.quoted("ix\(nameCounter) é")) ON \(table.q)(\(FuzzSQL.quoted(column.name)))\(partial)"
+      "CREATE \(unique)INDEX \(FuzzSQL.quoted(name)) ON \(table.q)(\(FuzzSQL.quoted(column.name)))\(partial)"
     ]
   }
 
@@ -688,7 +693,14 @@ struct CaptureFuzzGenerator {
   /// A trigger on `table` that writes another table (or fails).
   mutating func trigger(on table: FuzzTable, _ schema: FuzzSchema) -> String {
     nameCounter += 1
-    let name = FuzzSQL.quoted(random.pick(["tr", "trïg", "t r"]) + "\(nameCounter)")
+    // Triggers live in a namespace of their own: now and then one takes
+    // the name of a table, a view or an index (which must not hide it).
+    let namesakes = (schema.tables.map(\.name) + schema.indexes).filter { name in
+      !schema.triggers.contains { FuzzSQL.sameIdentifier($0, name) }
+    }
+    let name = FuzzSQL.quoted(
+      !namesakes.isEmpty && random.chance(25)
+        ? random.pick(namesakes) : random.pick(["tr", "trïg", "t r"]) + "\(nameCounter)")
     let event = random.weighted([(3, "INSERT"), (3, "UPDATE"), (3, "DELETE")])
     let timing = random.pick(["BEFORE", "AFTER", "AFTER"])
     let ref = event == "DELETE" ? "old" : "new"
@@ -853,7 +865,7 @@ struct CaptureFuzzGenerator {
     let words = ["a", "b", "x", "zz", "a b", "hello world", "x x b"]
     let text = { (g: inout CaptureFuzzGenerator) in FuzzSQL.literal(g.random.pick(words)) }
     let names = columns.map { FuzzSQL.quoted($0.name) }.joined(separator: ", ")
-    switch random.weighted([(5, 0), (3, 1), (3, 2), (1, 3), (1, 4)]) {
+    switch random.weighted([(5, 0), (3, 1), (3, 2), (1, 3), (1, 4), (content == .normal ? 3 : 0, 5)]) {
     case 0:
       let rowID = random.chance(60) ? "\(random.int(1...30))" : "NULL"
       let values = columns.map { _ in text(&self) }.joined(separator: ", ")
@@ -868,6 +880,20 @@ struct CaptureFuzzGenerator {
       let module = if case .fts(let module, _) = table.kind { module } else { "fts5" }
       let command = module == "fts5" ? random.pick(["delete-all", "rebuild", "optimize"]) : random.pick(["rebuild", "optimize"])
       return "INSERT INTO \(q)(\(q)) VALUES('\(command)')"
+    case 5:
+      // Straight into the shadow tables that hold the documents: what the
+      // full-text table shows changes with them.
+      let module = if case .fts(let module, _) = table.kind { module } else { "fts5" }
+      let id = module == "fts5" ? "id" : "docid"
+      let first = module == "fts5" ? "c0" : "c0" + (columns.first?.name ?? "")
+      let shadow = FuzzSQL.quoted(table.name + "_content")
+      let row = random.int(1...30)
+      switch random.int(0...3) {
+      case 0: return "DELETE FROM \(shadow) WHERE \(id) = \(row)"
+      case 1: return "UPDATE \(shadow) SET \(FuzzSQL.quoted(first)) = \(text(&self)) WHERE \(id) = \(row)"
+      case 2: return "INSERT OR REPLACE INTO \(shadow)(\(id), \(FuzzSQL.quoted(first))) VALUES (\(row), \(text(&self)))"
+      default: return "DELETE FROM \(FuzzSQL.quoted(table.name + "_docsize")) WHERE \(id) = \(row)"
+      }
     default:
       // The 'delete' command of contentless and external-content tables.
       let values = columns.map { _ in text(&self) }.joined(separator: ", ")

@@ -155,7 +155,8 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
     guard snapshot.version != shadowsIgnoredAtVersion else { return }
     shadowsIgnoredAtVersion = snapshot.version
     for (table, kind) in snapshot.kinds where !ignoredShadowTables.contains(table) {
-      guard case .shadow(let owner) = kind, owner.flatMap({ snapshot.rowIDShadows[$0] }) != table else { continue }
+      guard case .shadow(let owner) = kind, !(owner.flatMap { snapshot.rowIDShadows[$0]?.contains(table) } ?? false)
+      else { continue }
       capture.ignore(table.name)
       ignoredShadowTables.insert(table)
     }

@@ -44,12 +44,14 @@ struct NetChangeResolver {
       case .rowID?, .virtual?:
         rowsByTable[table] = rows
       case .shadow(let owner?)?:
-        let rowIDShadow = after.rowIDShadows[owner] ?? before.rowIDShadows[owner]
-        if rowIDShadow == table {
-          rowsByTable[owner] = rows
-        } else if rowIDShadow == nil {
+        let rowIDShadows = after.rowIDShadows[owner] ?? before.rowIDShadows[owner]
+        if rowIDShadows?.contains(table) == true {
+          // A full-text table's content and its document sizes both carry
+          // its rowids: a write to either changes what it shows.
+          rowsByTable[owner] = rowsByTable[owner].map { $0.merged(with: rows) } ?? rows
+        } else if rowIDShadows == nil {
           invalidated.insert(owner)
-        }  // else: another shadow of a virtual table named by its rowid shadow
+        }  // else: an index shadow of a virtual table named by its rowid shadows
       case .shadow(nil)?:
         break  // an orphan shadow table: nothing a reader queries
       case .withoutRowID?, .view?, nil:

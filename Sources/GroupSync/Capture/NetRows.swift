@@ -52,6 +52,20 @@ struct NetRows {
     return changes
   }
 
+  /// The rows of two tables that carry the same rowids (a full-text
+  /// table's shadows), as one: a row existed before if either says so,
+  /// and is gone if either says so (the store is checked then anyway).
+  func merged(with other: NetRows) -> NetRows {
+    let deleted = Set(deleted).union(other.deleted)
+    let existed = Set(updated).union(other.updated).union(deleted)
+    let updated = existed.subtracting(deleted)
+    let transient = Set(transient).union(other.transient).subtracting(existed)
+    let inserted = Set(inserted).union(other.inserted).subtracting(existed).subtracting(transient)
+    return NetRows(
+      inserted: inserted.sorted(), updated: updated.sorted(), deleted: deleted.sorted(),
+      transient: transient.sorted())
+  }
+
   /// Rows the log says exist after the transaction.
   var claimedPresent: [Int64] { merge(inserted, updated) }
   /// Rows the log says do not exist after the transaction.

@@ -14,6 +14,14 @@ struct SchemaSnapshot {
     case view
   }
 
+  /// What names an entry of `sqlite_schema`: its type and its name. A
+  /// trigger may share its name with a table, an index or a view (they
+  /// live in different namespaces), so the name alone names nothing.
+  struct EntryKey: Hashable {
+    let type: String
+    let name: TableName
+  }
+
   /// One row of `sqlite_schema`.
   struct Entry: Equatable {
     let type: String
@@ -24,11 +32,12 @@ struct SchemaSnapshot {
 
   let version: Int64
   let kinds: [TableName: TableKind]
-  let entries: [TableName: Entry]
-  /// For each virtual table whose rows can be named: the shadow table whose
-  /// rowids are the virtual table's (FTS `_docsize` / `_content`, R*Tree
-  /// `_rowid`).
-  let rowIDShadows: [TableName: TableName]
+  let entries: [EntryKey: Entry]
+  /// For each virtual table whose rows can be named: the shadow tables
+  /// whose rowids are the virtual table's (FTS `_content` and `_docsize`,
+  /// each where it exists; R*Tree `_rowid`). A write to any of them changes
+  /// what the virtual table shows for that rowid.
+  let rowIDShadows: [TableName: Set<TableName>]
   /// External-content full-text tables (`content='name'`), by name.
   let externalContents: [TableName: ExternalContent]
 
@@ -50,12 +59,12 @@ struct SchemaSnapshot {
 
   static func read(_ db: Database) throws -> SchemaSnapshot {
     let version = try version(db)
-    var entries: [TableName: Entry] = [:]
+    var entries: [EntryKey: Entry] = [:]
     var virtualModules: [TableName: String] = [:]
     for row in try Row.fetchAll(db, sql: "SELECT type, name, tbl_name, sql, rootpage FROM main.sqlite_schema") {
       let entry = Entry(type: row[0], tableName: row[2], sql: row[3], rootPage: row[4] ?? 0)
       let name = TableName(row[1] as String)
-      entries[name] = entry
+      entries[EntryKey(type: entry.type, name: name)] = entry
       if let sql = entry.sql, entry.type == "table", let module = Self.virtualModule(sql) {
         virtualModules[name] = module
       }
@@ -79,20 +88,19 @@ struct SchemaSnapshot {
         .max { $0.name.utf8.count < $1.name.utf8.count }
       kinds[shadow] = .shadow(owner: owner)
     }
-    var rowIDShadows: [TableName: TableName] = [:]
+    var rowIDShadows: [TableName: Set<TableName>] = [:]
     for (table, module) in virtualModules {
       let candidates: [String] = switch module {
       case "fts5", "fts4", "fts3": ["_docsize", "_content"]
       case "rtree", "rtree_i32": ["_rowid"]
       default: []
       }
-      if let shadow = candidates.map({ TableName(table.name + $0) }).first(where: { kinds[$0] == .shadow(owner: table) }) {
-        rowIDShadows[table] = shadow
-      }
+      let shadows = candidates.map { TableName(table.name + $0) }.filter { kinds[$0] == .shadow(owner: table) }
+      if !shadows.isEmpty { rowIDShadows[table] = Set(shadows) }
     }
     var externalContents: [TableName: ExternalContent] = [:]
     for (table, module) in virtualModules where ["fts5", "fts4", "fts3"].contains(module) {
-      let options = contentOptions(entries[table]?.sql ?? "")
+      let options = contentOptions(entries[EntryKey(type: "table", name: table)]?.sql ?? "")
       guard let content = options.content else { continue }
       // content='' is contentless, except that FTS3/4 then read a table
       // named "" when one exists.
@@ -210,11 +218,10 @@ struct SchemaSnapshot {
     var changed = Set<TableName>()
     var created = Set<TableName>()
     var otherDifferences = 0
-    for name in Set(entries.keys).union(old.entries.keys) where entries[name] != old.entries[name] {
-      let entry = entries[name] ?? old.entries[name]!
-      if entry.type == "table" {
-        changed.insert(name)
-        if old.entries[name] == nil { created.insert(name) }
+    for key in Set(entries.keys).union(old.entries.keys) where entries[key] != old.entries[key] {
+      if key.type == "table" {
+        changed.insert(key.name)
+        if old.entries[key] == nil { created.insert(key.name) }
       } else {
         otherDifferences += 1
       }
