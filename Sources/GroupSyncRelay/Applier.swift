@@ -210,6 +210,12 @@ struct Applier {
         try pass.release(db, table: name, gid: image.gid, through: position)
         return .unchanged
       }
+      if try SchemaDrift.hadTable(db, table: name) {
+        throw RelayError.schemaMismatch(
+          store: context.storeName, table: name, column: nil,
+          reason: "this host's store no longer has the table (dropped or renamed here) and the entry has rows of it; "
+            + "the entry waits until the schemas agree")
+      }
       let reason = "table \(name) does not exist here yet (added on another host): applied once it does"
       return try hold(image, table: name, columns: columns, position: position, reason: reason, pass: pass, db)
     }

@@ -43,6 +43,12 @@ enum SchemaDrift {
       arguments: [table, column]) ?? false
   }
 
+  /// Whether this host had `table` while the relay ran.
+  static func hadTable(_ db: Database, table: String) throws -> Bool {
+    try Bool.fetchOne(
+      db.cachedStatement(sql: "SELECT 1 FROM \(columnsTable) WHERE tbl = ? LIMIT 1"), arguments: [table]) ?? false
+  }
+
   /// Keeps the values of `columns` (which this host lacks) of row `gid`,
   /// unless newer ones are kept already.
   static func keep(_ db: Database, table: String, gid: String, columns: [String], values: [RowValue], position: Int64)

@@ -143,6 +143,17 @@ extension RelayTests {
       try await b.exec(["ALTER TABLE note ADD COLUMN x REAL"])
       try await waitForConvergence([a, b], server: server, query: Self.notesByName)
       #expect(try b.rows("SELECT title, x FROM note") == ["one|NULL", "two|2.5"])
+      // A table dropped here is no additive change either.
+      try await a.exec(["CREATE TABLE tag(id INTEGER PRIMARY KEY, name TEXT)"])
+      try await b.exec(["CREATE TABLE tag(id INTEGER PRIMARY KEY, name TEXT)"])
+      try await a.exec(["INSERT INTO tag(name) VALUES ('first')"])
+      try await waitUntil("b has the tag") { try b.rows("SELECT name FROM tag") == ["first"] }
+      try await b.exec(["DROP TABLE tag"])
+      try await a.exec(["INSERT INTO tag(name) VALUES ('second')"])
+      try await waitUntil("b refuses the dropped table") {
+        b.events("error").contains { ($0["value"] as? String)?.contains("table 'tag'") == true }
+      }
+      #expect(try b.rows("SELECT count(*) FROM gs_relay_held") == ["0"])
     }
   }
 }
