@@ -26,6 +26,10 @@ struct BenchHostsResult: Codable {
   /// Log entries those commits shipped as (a shipment covers everything
   /// pending at its snapshot).
   var throughputLogEntries: Int
+  /// The same number of one-row commits of a row with a foreign key to
+  /// `item` (translated to the parent's global ID when shipped, back to a
+  /// local rowid when applied), measured right after: change sets/s.
+  var referenceThroughputChangeSetsPerSecond: Double?
 }
 
 extension BenchRunner {
@@ -56,6 +60,9 @@ extension BenchRunner {
       let group = try GroupFolder(path: folder)
       try group.store.write { db in
         try db.execute(sql: "CREATE TABLE item(id INTEGER PRIMARY KEY, body TEXT NOT NULL, stamp INTEGER NOT NULL)")
+        try db.execute(sql: """
+          CREATE TABLE part(id INTEGER PRIMARY KEY, item_id INTEGER NOT NULL REFERENCES item(id), body TEXT NOT NULL)
+          """)
       }
       groups.append(group)
       let child = try ChildProcess(
@@ -116,11 +123,29 @@ extension BenchRunner {
       (try? b.store.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") ?? 0 }) ?? 0 >= target
     }
     let seconds = Double(BenchClock.monotonic() - start) / 1e9
+    let plainEntries = try countEntries(relays[0]) - entriesBefore
+    // The same with a reference in each row, side by side.
+    let parts = try b.store.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM part") ?? 0 } + commits
+    let referenceStart = BenchClock.monotonic()
+    for _ in 0..<commits {
+      try a.store.write { db in
+        try db.execute(sql: "INSERT INTO part(item_id, body) VALUES ((SELECT max(id) FROM item), 'p')")
+      }
+    }
+    try waitFor("B holds every part", timeout: 300) {
+      (try? b.store.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM part") ?? 0 }) ?? 0 >= parts
+    }
+    let referenceSeconds = Double(BenchClock.monotonic() - referenceStart) / 1e9
+    let broken = try b.store.read { db in
+      try Int.fetchOne(db, sql: "SELECT count(*) FROM part p WHERE NOT EXISTS (SELECT 1 FROM item i WHERE i.id = p.item_id)")
+    }
+    guard broken == 0 else { throw BenchError("hosts: \(broken ?? -1) parts on B point at no item") }
     let latency = BenchStats(nanoseconds: latencies)
     var hosts = BenchHostsResult(
       latency: latency, notify: notify, localDelivery: local, targetP50: nil, throughputCommits: commits,
       throughputChangeSetsPerSecond: Double(commits) / seconds,
-      throughputLogEntries: try countEntries(relays[0]) - entriesBefore)
+      throughputLogEntries: plainEntries,
+      referenceThroughputChangeSetsPerSecond: Double(commits) / referenceSeconds)
     if let notify, let local { hosts.targetP50 = 2 * (notify.p50 + local.p50) }
     results.hosts = hosts
     log(

@@ -62,6 +62,10 @@ enum BenchTable {
       line("    throughput: \(h.throughputCommits) one-row commits on A until B holds every row: "
         + "\(Int(h.throughputChangeSetsPerSecond)) change sets/s (target >= 2,000: \(h.throughputChangeSetsPerSecond >= 2000 ? "met" : "NOT met")), "
         + "shipped as \(h.throughputLogEntries) log entries")
+      if let references = h.referenceThroughputChangeSetsPerSecond {
+        line("    with a foreign key in each row (translated to a global ID and back): \(Int(references)) change sets/s, "
+          + String(format: "%.2f", references / h.throughputChangeSetsPerSecond) + " x the same commits without")
+      }
     }
 
     if let p = r.polling {

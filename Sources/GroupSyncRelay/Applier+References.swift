@@ -25,7 +25,7 @@ extension Applier {
     private var shapes: [String: TableShape?] = [:]
 
     init(_ context: ReplicaContext, _ db: Database) throws {
-      graph = try ReferenceGraph.read(db, declared: context.references)
+      graph = try context.referenceGraph(db)
       pending = try context.unshipped(db)
       mayHold = try HeldRows.count(db) > 0
     }

@@ -62,6 +62,18 @@ final class ReplicaContext: @unchecked Sendable {
     }
   }
 
+  /// The store's references as of its schema now: read again only when the
+  /// schema version moved (every shipment and every apply asks).
+  func referenceGraph(_ db: Database) throws -> ReferenceGraph {
+    let version = try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA main.schema_version")) ?? 0
+    if let cached = graphCache, cached.version == version { return cached.graph }
+    let graph = try ReferenceGraph.read(db, declared: references)
+    graphCache = (version, graph)
+    return graph
+  }
+
+  private var graphCache: (version: Int64, graph: ReferenceGraph)?
+
   /// The tables whose keys are each host's own (`table.column` of their
   /// `INTEGER PRIMARY KEY`, or `table.rowid`), the references translated
   /// to them, and the integer columns named `*_id` (or `*Id`) that no

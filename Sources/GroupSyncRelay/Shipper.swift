@@ -113,7 +113,7 @@ struct Shipper {
   /// of the row it points at, so that every host stores its own rowid of
   /// that same row.
   private func translateReferences(_ plan: inout Plan, assigned: [String: [Int64: String]], _ db: Database) throws {
-    let graph = try ReferenceGraph.read(db, declared: context.references)
+    let graph = try context.referenceGraph(db)
     guard !graph.isEmpty else { return }
     for index in plan.tables.indices {
       let columns = plan.tables[index].columns
