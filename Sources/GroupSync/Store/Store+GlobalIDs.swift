@@ -12,6 +12,11 @@ extension Store {
   /// store.
   public static let globalIDTable = "gs_relay_row"
 
+  /// Whether a relay ever ran on this store (it has global IDs).
+  public func hasGlobalIDs() throws -> Bool {
+    try read { db in try db.tableExists(Self.globalIDTable) }
+  }
+
   /// The global ID of the row `id` names, in this store: a live row, or
   /// one deleted here (its former rowid still tells). nil for a row no
   /// relay shipped or applied yet.

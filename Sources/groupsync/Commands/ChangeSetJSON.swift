@@ -1,5 +1,6 @@
 import Foundation
 import GroupSync
+import Synchronization
 
 /// The JSON lines `watch --json` and `exec --json` print.
 enum ChangeSetJSON {
@@ -46,9 +47,24 @@ enum ChangeSetJSON {
   /// `group` and a relay ran on it (none otherwise; a lookup that fails
   /// leaves them out: they are extra information).
   static func globalIDs(of changeSet: ChangeSet, in store: Store?) -> [ObjectID: String] {
-    guard let store else { return [:] }
+    guard let store, isReplicated(store) else { return [:] }
     return (try? store.globalIDs(of: Array(changeSet.inserted.union(changeSet.updated).union(changeSet.deleted)))) ?? [:]
   }
+
+  /// Whether a relay ran on `store`, asked at most once a second while it
+  /// has not (a listener prints change sets as fast as they come, and most
+  /// stores never have a relay).
+  private static func isReplicated(_ store: Store) -> Bool {
+    let now = ContinuousClock.now
+    if let known = replicated.withLock({ $0[store.storeID] }), known.isReplicated || now - known.checked < .seconds(1) {
+      return known.isReplicated
+    }
+    let isReplicated = (try? store.hasGlobalIDs()) ?? false
+    replicated.withLock { $0[store.storeID] = (isReplicated, now) }
+    return isReplicated
+  }
+
+  private static let replicated = Mutex<[UUID: (isReplicated: Bool, checked: ContinuousClock.Instant)]>([:])
 
   static func encode(_ object: [String: Any]) -> String {
     let data = try! JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
