@@ -99,10 +99,8 @@ extension Applier {
 
   /// A reference column's declared default, when it is a number or NULL.
   private static func defaultValue(of reference: RowReference, _ db: Database) throws -> RowValue {
-    let text = try Row.fetchAll(db, sql: "PRAGMA main.table_info(\(reference.table.quotedDatabaseIdentifier))")
-      .first { ($0["name"] as String?)?.lowercased() == reference.column.lowercased() }
-      .flatMap { $0["dflt_value"] as String? }
-    return text.flatMap { Int64($0) }.map(RowValue.integer) ?? .null
+    let expression = try SchemaDrift.defaultExpression(db, table: reference.table, column: reference.column)
+    return Int64(expression).map(RowValue.integer) ?? .null
   }
 
   /// Deletes row `rowID` of `shape`, and first what points at it, as its

@@ -26,7 +26,6 @@ struct Applier {
   @discardableResult
   func apply(_ connection: PostgresConnection) throws -> Bool {
     let context = self.context
-    try reconcileSchema()
     if let reason = context.divergence {
       try resync(connection, reason: reason, diverged: true)
       return true
@@ -281,7 +280,8 @@ struct Applier {
   /// columns, fills in the values kept for columns it has now, and applies
   /// the rows held for tables it has now. Runs before anything ships, so a
   /// table the migration made the relay ship whole ships the filled-in
-  /// values, never the new columns' defaults over them.
+  /// values, never the new columns' defaults over them. ``Relay`` runs it
+  /// once per pass, before shipping.
   func reconcileSchema() throws {
     let context = self.context
     let version = try context.store.read { db in try Int64.fetchOne(db, sql: "PRAGMA main.schema_version") ?? 0 }

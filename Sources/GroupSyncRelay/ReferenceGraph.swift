@@ -13,6 +13,9 @@ struct ReferenceGraph: Sendable {
   /// Declared references whose table or column the store lacks (told, and
   /// left out).
   private(set) var unknown: [RowReference] = []
+  /// Every column a foreign key starts from, by table (lowercased): those
+  /// that point at other columns than a rowid travel as they are.
+  private(set) var foreignKeyColumns: [String: Set<String>] = [:]
 
   var isEmpty: Bool { outgoing.isEmpty }
 
@@ -35,6 +38,7 @@ struct ReferenceGraph: Sendable {
       let rows = try Row.fetchAll(db, sql: "PRAGMA main.foreign_key_list(\(table.quotedDatabaseIdentifier))")
       let columnsPerKey = Dictionary(grouping: rows, by: { $0[0] as Int64 }).mapValues(\.count)
       for row in rows {
+        graph.foreignKeyColumns[table, default: []].insert((row[3] as String).lowercased())
         let parent: String = row[2]
         guard let parentRowID = try rowIDColumn(parent) else { continue }
         let to: String? = row[4]

@@ -300,6 +300,8 @@ public final class Relay: @unchecked Sendable {
     // A store whose log diverged re-synchronises before anything ships, so
     // that shipments carry positions the log holds.
     for context in contexts where context.divergence != nil { try Applier(context: context).apply(connection) }
+    // After a migration here: its new columns filled in before anything ships.
+    for context in contexts { try Applier(context: context).reconcileSchema() }
     for context in contexts {
       while try Shipper(context: context).ship(connection) {
         failpoints.shipmentCommitted()

@@ -80,7 +80,7 @@ final class ReplicaContext: @unchecked Sendable {
   /// reference covers.
   func identities() throws -> RelayEvent {
     try store.read { db in
-      let graph = try ReferenceGraph.read(db, declared: references)
+      let graph = try referenceGraph(db)
       var keys: [String] = []
       var translated: [String] = []
       var suspects: [String] = []
@@ -90,9 +90,7 @@ final class ReplicaContext: @unchecked Sendable {
         let covered = Set(graph.references(from: table).map { $0.column.lowercased() })
         translated += graph.references(from: table).map { "\($0.table).\($0.column)→\($0.parent)" }
         // Foreign keys to other columns than a rowid travel as they are.
-        let otherKeys = Set(
-          try Row.fetchAll(db, sql: "PRAGMA main.foreign_key_list(\(table.quotedDatabaseIdentifier))")
-            .map { ($0[3] as String).lowercased() })
+        let otherKeys = graph.foreignKeyColumns[table] ?? []
         for column in try db.columns(in: table, in: "main") {
           let name = column.name
           let looksLikeReference = name.lowercased().hasSuffix("_id") || (name.hasSuffix("Id") && name.count > 2)
@@ -110,7 +108,7 @@ final class ReplicaContext: @unchecked Sendable {
 
   /// The declared references this store has no table or column for.
   func unknownReferences() -> [RowReference] {
-    (try? store.read { db in try ReferenceGraph.read(db, declared: references).unknown }) ?? []
+    (try? store.read { db in try referenceGraph(db).unknown }) ?? []
   }
 
   /// The rows changed locally and not shipped yet, read inside `db`'s

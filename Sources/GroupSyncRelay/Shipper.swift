@@ -29,9 +29,6 @@ struct Shipper {
   /// Ships what is pending; returns whether anything went to the log.
   @discardableResult
   func ship(_ connection: PostgresConnection) throws -> Bool {
-    // After a migration here, the values kept for its new columns are
-    // filled in first: a table it makes ship whole ships them.
-    try Applier(context: context).reconcileSchema()
     guard let plan = try makePlan() else { return false }
     for error in plan.unsupported { context.emit(.error(error.description)) }
     for warning in plan.warnings { context.emit(.error(warning)) }
@@ -55,10 +52,18 @@ struct Shipper {
     // Most wake-ups find nothing new: ask without a transaction first.
     guard try context.store.currentSequence() > context.place.shipped else { return nil }
     return try context.store.read { db -> Plan? in
-      // Another process may have changed the schema since GRDB cached it;
-      // a migration since the reconciliation ships on the next pass.
+      // Another process may have changed the schema since GRDB cached it.
+      // A migration since the relay last reconciled with it ships on the
+      // next pass, after the values kept for its new columns are filled in
+      // (``Applier/reconcileSchema()``): a table it makes ship whole ships
+      // them. (No known version: nothing reconciles here, as in a test that
+      // drives the shipper alone.)
       db.clearSchemaCache()
-      guard try Int64.fetchOne(db, sql: "PRAGMA main.schema_version") == context.schemaVersion else { return nil }
+      if let known = context.schemaVersion,
+        try Int64.fetchOne(db, sql: "PRAGMA main.schema_version") != known
+      {
+        return nil
+      }
       let pending = try context.unshipped(db)
       guard pending.head > context.place.shipped else { return nil }
       var plan = Plan(
