@@ -27,8 +27,6 @@ struct gs_capture_s {
   bool uses_preupdate;
   bool detached;  // the hook was uninstalled: never touch the connection again
 
-  char **ignored_prefixes;
-  size_t ignored_count;
   char **ignored_tables;
   size_t ignored_table_count;
 
@@ -68,12 +66,16 @@ struct gs_capture_s {
   bool nets_valid;
 };
 
-static bool gs__is_ignored_table(const gs_capture_t *c, const char *table) {
-  if (strncmp(table, "sqlite_", 7) == 0) return true;
-  for (size_t i = 0; i < c->ignored_count; i++) {
-    const char *prefix = c->ignored_prefixes[i];
-    if (strncmp(table, prefix, strlen(prefix)) == 0) return true;
+int gs_is_internal_table(const char *table) {
+  static const char *const prefixes[] = {"sqlite_", "groupsync_", "grdb_"};
+  for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
+    if (strncmp(table, prefixes[i], strlen(prefixes[i])) == 0) return 1;
   }
+  return 0;
+}
+
+static bool gs__is_ignored_table(const gs_capture_t *c, const char *table) {
+  if (gs_is_internal_table(table)) return true;
   for (size_t i = 0; i < c->ignored_table_count; i++) {
     if (strcmp(table, c->ignored_tables[i]) == 0) return true;
   }
@@ -241,8 +243,6 @@ void gs_capture_detach(gs_capture_t *c) {
 void gs_capture_free(gs_capture_t *c) {
   if (!c) return;
   for (uint32_t i = 0; i < c->table_count; i++) free(c->tables[i]);
-  for (size_t i = 0; i < c->ignored_count; i++) free(c->ignored_prefixes[i]);
-  free(c->ignored_prefixes);
   for (size_t i = 0; i < c->ignored_table_count; i++) free(c->ignored_tables[i]);
   free(c->ignored_tables);
   free(c->tables);
@@ -254,19 +254,6 @@ void gs_capture_free(gs_capture_t *c) {
   free(c->net);
   free(c->nets);
   free(c);
-}
-
-int gs_capture_ignore_prefix(gs_capture_t *c, const char *prefix) {
-  char **grown = realloc(c->ignored_prefixes,
-                         (c->ignored_count + 1) * sizeof *grown);
-  if (!grown) return GS_ENOMEM;
-  c->ignored_prefixes = grown;
-  char *copy = strdup(prefix);
-  if (!copy) return GS_ENOMEM;
-  c->ignored_prefixes[c->ignored_count++] = copy;
-  for (uint32_t i = 0; i < c->table_count; i++)
-    c->table_ignored[i] = gs__is_ignored_table(c, c->tables[i]);
-  return GS_OK;
 }
 
 int gs_capture_ignore_table(gs_capture_t *c, const char *table) {

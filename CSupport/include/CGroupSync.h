@@ -129,9 +129,10 @@ void gs_capture_detach(gs_capture_t *_Nonnull capture);
 /// (a closed connection runs no hook).
 void gs_capture_free(gs_capture_t *_Nullable capture);
 
-/// Adds a table-name prefix that is never captured. Call before any row is
-/// captured.
-int gs_capture_ignore_prefix(gs_capture_t *capture, const char *prefix);
+/// Whether `table` is internal, so never captured, replicated or copied:
+/// SQLite's (`sqlite_`), GroupSync's (`groupsync_`) and GRDB's (`grdb_`),
+/// compared by bytes as the names are created.
+int gs_is_internal_table(const char *table);
 
 /// Adds a table that is never captured (by exact name, compared by bytes):
 /// e.g. the shadow tables of a full-text index, which SQLite writes while

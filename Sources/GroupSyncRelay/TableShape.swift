@@ -1,4 +1,5 @@
 import Foundation
+import GroupSync
 import GRDB
 
 /// A replicated table as the local store has it: its columns without the
@@ -33,9 +34,9 @@ struct TableShape: Sendable, Equatable {
       .filter { !isInternal($0) }
   }
 
+  /// The core's internal tables and the relay's own (`gs_relay_`).
   static func isInternal(_ table: String) -> Bool {
-    table.hasPrefix("sqlite_") || table.hasPrefix("groupsync_") || table.hasPrefix("grdb_")
-      || table.hasPrefix("gs_relay_")
+    TableName(table).isInternal || table.hasPrefix("gs_relay_")
   }
 
   var quotedName: String { "main." + name.quotedDatabaseIdentifier }

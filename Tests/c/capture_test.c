@@ -96,7 +96,8 @@ int main(void) {
   gs_capture_t *c;
   CHECK(gs_capture_create(db, 0, &c) == GS_OK);
   CHECK(gs_capture_uses_preupdate_hook(c));
-  CHECK(gs_capture_ignore_prefix(c, "groupsync_") == GS_OK);
+  CHECK(gs_is_internal_table("groupsync_x") && gs_is_internal_table("sqlite_stat1"));
+  CHECK(!gs_is_internal_table("GroupSync_x") && !gs_is_internal_table("notes"));
   CHECK(gs_capture_ignore_table(c, "skip_me") == GS_OK);
 
   // Rows, ignored tables, and the temp schema.

@@ -110,7 +110,7 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   /// Marks every table a reader can query as changed, in the open
   /// transaction.
   func invalidateEveryTable(_ db: Database) throws {
-    for table in try schema.snapshot(db).readableTables where !ChangeCapture.isInternal(table.name) {
+    for table in try schema.snapshot(db).readableTables where !table.isInternal {
       capture.invalidate(table.name)
     }
   }
@@ -205,7 +205,7 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
     guard !isRelayingOtherProcesses else { return false }
     let table = eventKind.tableName
     if let last = writtenTables.last, TableName.sameBytes(last, table) { return isFallback }
-    guard !ChangeCapture.isInternal(table) else {
+    guard !TableName(table).isInternal else {
       // The history written through GRDB (not by the commit's own insert):
       // its last sequence is read again, not assumed.
       if TableName.sameBytes(table, StoreState.historyTable) { knownLastSequence = nil }

@@ -9,10 +9,6 @@ final class ChangeCapture {
   /// The connection the capture is installed on.
   let connection: OpaquePointer
 
-  /// Prefixes of tables that are never reported: GroupSync's own and GRDB's
-  /// (`grdb_migrations`).
-  static let internalTablePrefixes = ["groupsync_", "grdb_"]
-
   /// Installs the pre-update hook on `connection`, unless SQLite lacks it
   /// or `withoutPreUpdateHook` asks for the fallback.
   init(connection: OpaquePointer, withoutPreUpdateHook: Bool, rowBudget: Int) throws {
@@ -24,10 +20,6 @@ final class ChangeCapture {
       throw GroupSyncError.captureUnavailable(reason: String(cString: gs_strerror(code)))
     }
     self.handle = handle
-    for prefix in Self.internalTablePrefixes where gs_capture_ignore_prefix(handle, prefix) != GS_OK {
-      gs_capture_close(handle)
-      throw GroupSyncError.captureUnavailable(reason: "out of memory")
-    }
     gs_capture_set_row_budget(handle, rowBudget)
   }
 
@@ -37,10 +29,6 @@ final class ChangeCapture {
 
   /// Uninstalls the hook, on the writer queue while the connection is open.
   func detach() { gs_capture_detach(handle) }
-
-  static func isInternal(_ table: String) -> Bool {
-    table.hasPrefix("sqlite_") || internalTablePrefixes.contains { table.hasPrefix($0) }
-  }
 
   var usesPreUpdateHook: Bool { gs_capture_uses_preupdate_hook(handle) != 0 }
   /// Whether the pre-update hook is still ours (reinstalling it if not).

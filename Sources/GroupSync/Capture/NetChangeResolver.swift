@@ -58,7 +58,7 @@ struct NetChangeResolver {
         invalidated.insert(table)  // no rowids, or a table gone meanwhile
       }
     }
-    invalidated = Set(invalidated.compactMap(owner).filter { !ChangeCapture.isInternal($0.name) })
+    invalidated = Set(invalidated.compactMap(owner).filter { !$0.isInternal })
     var tables: [TableName: TableChanges] = [:]
     for (table, rows) in rowsByTable where !invalidated.contains(table) || created.contains(table) {
       guard let changes = try verified(rows, in: table) else {

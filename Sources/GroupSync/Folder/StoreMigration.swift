@@ -105,8 +105,7 @@ struct MigrationPlan: Sendable {
     for row in list { byName[row["name"]] = row }
     let wanted = try names ?? list.compactMap { row -> String? in
       let name: String = row["name"]
-      let isInternal = ["sqlite_", "groupsync_", "grdb_"].contains { name.lowercased().hasPrefix($0) }
-      return row["type"] == "table" && !isInternal ? name : nil
+      return row["type"] == "table" && !TableName(name).isInternal ? name : nil
     }.sorted()
     return try wanted.map { name in
       guard let row = byName[name] ?? list.first(where: { ($0["name"] as String).lowercased() == name.lowercased() })

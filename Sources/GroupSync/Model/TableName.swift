@@ -1,3 +1,4 @@
+import CGroupSync
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -51,6 +52,10 @@ public struct TableName: Hashable, Comparable, Sendable, ExpressibleByStringLite
   public static func < (a: TableName, b: TableName) -> Bool { a.name.utf8.lexicographicallyPrecedes(b.name.utf8) }
 
   public var description: String { name }
+
+  /// Whether the table is internal, never captured, replicated or copied:
+  /// SQLite's (`sqlite_`), GroupSync's (`groupsync_`) or GRDB's (`grdb_`).
+  public var isInternal: Bool { gs_is_internal_table(name) != 0 }
 
   /// The name as an SQL identifier: in double quotes, each double quote
   /// doubled. (GRDB's `quotedDatabaseIdentifier` leaves quotes as they are.)
