@@ -251,7 +251,7 @@ final class BenchGRDBWriter {
     pool = try DatabasePool(path: path, configuration: configuration)
     try pool.write { try $0.execute(sql: BenchWorkload.schema) }
     if observed {
-      try pool.writeWithoutTransaction { $0.add(transactionObserver: BenchNoOpObserver(), extent: .databaseLifetime) }
+      pool.writeWithoutTransaction { $0.add(transactionObserver: BenchNoOpObserver(), extent: .databaseLifetime) }
     }
   }
 

@@ -107,7 +107,7 @@ public struct GroupDefaults: Sendable {
     try store.write { db in
       var transaction = DefaultsTransaction(suite: suite, db: db)
       let result = try body(&transaction)
-      for change in transaction.netChanges() { try store.observer.addNote(change.note(), db) }
+      for change in transaction.netChanges() { try store.addNote(change.note(), in: db) }
       return result
     }
   }
@@ -233,7 +233,7 @@ extension Store {
     try GroupDefaults.setUp(db)
     var transaction = DefaultsTransaction(suite: change.suite, db: db)
     try transaction.set(change.newValue, forKey: change.key)
-    for net in transaction.netChanges() { try observer.addNote(net.note(), db) }
+    for net in transaction.netChanges() { try addNote(net.note(), in: db) }
   }
 
   /// Adds `note` to the change set of the open `write(_:)` of this
@@ -241,6 +241,7 @@ extension Store {
   ///
   /// - Throws: ``GroupSyncError/noteOutsideWrite`` outside `write`.
   public func addNote(_ note: ChangeSetNote, in db: Database) throws {
-    try observer.addNote(note, db)
+    try checkWritable()
+    try recorder.addNote(note, db)
   }
 }

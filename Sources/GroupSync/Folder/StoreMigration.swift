@@ -103,7 +103,7 @@ struct MigrationPlan: Sendable {
       """)
     var byName: [String: Row] = [:]
     for row in list { byName[row["name"]] = row }
-    let wanted = try names ?? list.compactMap { row -> String? in
+    let wanted = names ?? list.compactMap { row -> String? in
       let name: String = row["name"]
       return row["type"] == "table" && !TableName(name).isInternal ? name : nil
     }.sorted()

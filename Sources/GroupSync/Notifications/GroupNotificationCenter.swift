@@ -74,7 +74,7 @@ public struct GroupNotificationCenter: Sendable {
       throw GroupSyncError.invalidNotification(
         reason: "the payload of '\(name)' is \(payload.count) bytes, over the \(Self.maximumPayloadSize)-byte maximum")
     }
-    try store.observer.addNote(ChangeSetNote(name: GroupNotification.notePrefix + name, payload: payload), db)
+    try store.addNote(ChangeSetNote(name: GroupNotification.notePrefix + name, payload: payload), in: db)
   }
 
   /// The notifications whose name starts with `prefix` ("" for all), posted

@@ -72,25 +72,26 @@ public final class OtherProcessObservation: Sendable {
   private static func notify(_ writer: any DatabaseWriter, store: Store, tables: [String]?) async {
     do {
       try await writer.writeWithoutTransaction { db in
-        let relaying = writer === store.pool
-        if relaying { store.observer.isRelayingOtherProcesses = true }
-        defer { if relaying { store.observer.isRelayingOtherProcesses = false } }
-        try db.inTransaction(.deferred) {
-          guard let tables else {
-            try db.notifyChanges(in: .fullDatabase)
+        let notify = {
+          try db.inTransaction(.deferred) {
+            guard let tables else {
+              try db.notifyChanges(in: .fullDatabase)
+              return .commit
+            }
+            for table in tables {
+              // A table this connection does not know (yet): notify everything.
+              do {
+                try db.notifyChanges(in: Table(table))
+              } catch {
+                try db.notifyChanges(in: .fullDatabase)
+                break
+              }
+            }
             return .commit
           }
-          for table in tables {
-            // A table this connection does not know (yet): notify everything.
-            do {
-              try db.notifyChanges(in: Table(table))
-            } catch {
-              try db.notifyChanges(in: .fullDatabase)
-              break
-            }
-          }
-          return .commit
         }
+        // On the store's own writer these are not its writes.
+        if writer === store.pool { try store.relayingOtherProcesses(notify) } else { try notify() }
       }
     } catch {
       Logger.groupSync.error("cannot notify GRDB observers of other processes' changes: \(error)")

@@ -1,10 +1,20 @@
 import Logging
 import Synchronization
 
+/// A change set as it committed: what the recorder hands the publisher.
+struct CommittedChangeSet: Sendable {
+  let changeSet: ChangeSet
+  /// Its encoding, as the history holds it and listeners' inboxes get it.
+  let encoded: [UInt8]
+  /// Whether a writer waits for it (``CommitPublisher/publish(through:)``
+  /// with its sequence); a migration's change set has no such writer.
+  let claimed: Bool
+}
+
 /// Publishes committed change sets in commit order, outside the write lock.
 ///
-/// GRDB tells the capture observer of each commit on the writer's queue,
-/// in commit order; the observer queues the change set here. The writing
+/// GRDB tells the commit recorder of each commit on the writer's queue,
+/// in commit order; the recorder queues the change set here. The writing
 /// thread publishes once its transaction is over and the writer connection
 /// is free for the next one, so reads and other writes never wait for
 /// fan-out. Whoever publishes first publishes everything queued, in order,
@@ -18,7 +28,7 @@ final class CommitPublisher: Sendable {
   typealias Outcome = (changeSet: ChangeSet, failures: [PublishFailure])
 
   private struct Queue {
-    var waiting: [(changeSet: ChangeSet, encoded: [UInt8], claimed: Bool)] = []
+    var waiting: [CommittedChangeSet] = []
     /// Published change sets whose writer has not picked them up yet.
     var published: [Int64: Outcome] = [:]
   }
@@ -31,10 +41,9 @@ final class CommitPublisher: Sendable {
     self.metrics = metrics
   }
 
-  /// Queues a committed change set and its encoding. `claimed`: a writer
-  /// will call ``publish(through:)`` for it.
-  func enqueue(_ changeSet: ChangeSet, encoded: [UInt8], claimed: Bool) {
-    queue.withLock { $0.waiting.append((changeSet, encoded, claimed)) }
+  /// Queues a committed change set.
+  func enqueue(_ committed: CommittedChangeSet) {
+    queue.withLock { $0.waiting.append(committed) }
   }
 
   /// Publishes everything queued, and returns the outcome for `sequence`
@@ -43,19 +52,20 @@ final class CommitPublisher: Sendable {
   func publish(through sequence: Int64?) -> Outcome? {
     delivering.withLock { _ in
       // Taken, not copied: the queue's buffer is not duplicated per commit.
-      var batch: [(changeSet: ChangeSet, encoded: [UInt8], claimed: Bool)] = []
+      var batch: [CommittedChangeSet] = []
       queue.withLock { swap(&batch, &$0.waiting) }
       if !batch.isEmpty { Failpoint.stop(if: Failpoint.stopAfterCommit) }
       var own: Outcome?
-      for (changeSet, encoded, claimed) in batch {
+      for committed in batch {
+        let changeSet = committed.changeSet
         let start = ContinuousClock.now
-        let failures = deliver(changeSet, encoded)
+        let failures = deliver(changeSet, committed.encoded)
         metrics?.published(changeSet, failures: failures.count, duration: ContinuousClock.now - start)
         if !failures.isEmpty {
           Logger.groupSync.error(
             "change set \(changeSet.sequence) committed but not delivered to every listener (they read it from the history): \(failures)")
         }
-        if claimed {
+        if committed.claimed {
           // The caller's own, the common case, goes back without the table.
           if changeSet.sequence == sequence {
             own = (changeSet, failures)

@@ -62,23 +62,15 @@ public final class Store: Sendable {
 
   private let writerPool: DatabasePool?
   let readOnlyFile: ReadOnlyStoreFile?
-  private let capture: (observer: CaptureObserver, publisher: CommitPublisher)?
+  /// Records every write (writable stores only); the one door to the
+  /// capture.
+  private let writer: (recorder: CommitRecorder, publisher: CommitPublisher)?
   /// Writable stores only.
   private let metrics: StoreMetrics?
-  /// The capture's GRDB observer (writable stores only).
-  var observer: CaptureObserver { capture!.observer }
   private let closed = Atomic<Bool>(false)
   /// Recorded with each change set in the history (Core Data's
-  /// `transactionAuthor`).
+  /// `transactionAuthor`) unless a write names its own.
   let author: String
-  /// The lowest sequence a durable listener still needs, for purges.
-  let durableFloor: (@Sendable (Database) -> Int64?)?
-
-  /// `grdb_migrations`, GRDB's record of applied migrations.
-  static let migrationsTable = "grdb_migrations"
-  /// A TEMP table of the writer connection holding the sequence number the
-  /// migration trigger allocated last.
-  static let migrationSequenceTable = "temp.groupsync_migration_sequence"
 
   /// Opens (creating if needed) the store at `path`.
   ///
@@ -91,7 +83,6 @@ public final class Store: Sendable {
     durableFloor: (@Sendable (Database) -> Int64?)? = nil, publish: @escaping CommitPublisher.Deliver
   ) throws {
     self.name = name
-    self.durableFloor = durableFloor
     self.path = path
     readOnlyFile = nil
     author = options.author ?? ProcessInfo.processInfo.processName
@@ -109,20 +100,12 @@ public final class Store: Sendable {
     // GroupSync's own and never reported.
     let storeID = try pool.write { db in try StoreState.setUp(db, path: path) }
     self.storeID = storeID
-    let observer = try pool.writeWithoutTransaction { db in
-      guard let connection = db.sqliteConnection else { throw GroupSyncError.storeClosed(path: path) }
-      let capture = try ChangeCapture(
-        connection: connection, withoutPreUpdateHook: options.captureWithoutPreUpdateHook,
-        rowBudget: options.rowBudget)
-      let observer = CaptureObserver(capture: capture, storeID: storeID) { changeSet, encoded, claimed in
-        publisher.enqueue(changeSet, encoded: encoded, claimed: claimed)
-      }
-      // Lives as long as the writer connection; GRDB releases it after close.
-      db.add(transactionObserver: observer, extent: .databaseLifetime)
-      return observer
+    let recorder = try pool.writeWithoutTransaction { db in
+      try CommitRecorder.install(
+        on: db, path: path, storeID: storeID, options: options, publisher: publisher, durableFloor: durableFloor)
     }
-    capture = (observer, publisher)
-    if observer.isFallback {
+    writer = (recorder, publisher)
+    if recorder.isFallback {
       Logger.groupSync.warning(
         "store \(path): SQLite has no pre-update hook; capturing through GRDB's observer (REPLACE deletes unseen)")
     }
@@ -135,10 +118,9 @@ public final class Store: Sendable {
     self.storeID = storeID
     readOnlyFile = file
     writerPool = nil
-    capture = nil
+    writer = nil
     metrics = nil
     author = ""
-    durableFloor = nil
   }
 
   deinit { close() }
@@ -148,15 +130,11 @@ public final class Store: Sendable {
   public func close() {
     guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
     do {
-      guard let writerPool, let observer = capture?.observer else {
+      guard let writerPool, let recorder = writer?.recorder else {
         try readOnlyFile?.lastPool.close()
         return
       }
-      // GRDB closes only a connection without prepared statements.
-      writerPool.writeWithoutTransaction { _ in
-        observer.statements.finalize()
-        observer.capture.detach()
-      }
+      writerPool.writeWithoutTransaction { _ in recorder.detach() }
       try writerPool.close()
     } catch {
       Logger.groupSync.error("closing store \(path): \(error)")
@@ -165,7 +143,7 @@ public final class Store: Sendable {
 
   /// Whether the capture runs on SQLite's pre-update hook (else it is fed by
   /// GRDB's observer, which cannot see rows deleted by REPLACE).
-  public var usesPreUpdateHook: Bool { capture.map { !$0.observer.isFallback } ?? false }
+  public var usesPreUpdateHook: Bool { writer.map { !$0.recorder.isFallback } ?? false }
 
   // MARK: Writing
 
@@ -175,35 +153,36 @@ public final class Store: Sendable {
   /// `db.inSavepoint`; do not COMMIT or ROLLBACK inside `body`. A read
   /// inside `body` (`read(_:)`) sees the store as of the last commit.
   ///
+  /// - Parameters:
+  ///   - author: the author the history records for this write (Core
+  ///     Data's `transactionAuthor`); nil: the store's (``StoreOptions/author``).
+  ///   - body: the transaction's work.
   /// - Returns: what `body` returned.
   /// - Throws: what `body` threw, GRDB's `DatabaseError`, or
   ///   ``GroupSyncError/nestedWrite`` when called inside a transaction of
   ///   this store.
   @discardableResult
-  public func write<T>(_ body: (Database) throws -> T) throws -> T {
-    try writeAndReturnChangeSet(body).result
+  public func write<T>(author: String? = nil, _ body: (Database) throws -> T) throws -> T {
+    try writeAndReport(author: author, body).result
   }
 
-  /// Like `write(_:)`, and also returns the change set published, or nil
-  /// when the transaction changed no rows.
+  /// Like `write(author:_:)`, and also returns the change set published,
+  /// or nil when the transaction changed no rows.
   public func writeAndReturnChangeSet<T>(
-    _ body: (Database) throws -> T
+    author: String? = nil, _ body: (Database) throws -> T
   ) throws -> (result: T, changeSet: ChangeSet?) {
-    try checkOpen()
-    // Reentrant on the writer queue, so that a nested call gets a clear
-    // error instead of GRDB's reentrancy trap.
-    let report = try writeAndReport(body)
+    let report = try writeAndReport(author: author, body)
     return (report.result, report.changeSet)
   }
 
-  /// Like `write(_:)`, and also says what was committed and which live
-  /// listeners it could not be delivered to (they read it from the
+  /// Like `write(author:_:)`, and also says what was committed and which
+  /// live listeners it could not be delivered to (they read it from the
   /// history; nothing is lost, but the caller may want to know).
-  public func writeAndReport<T>(_ body: (Database) throws -> T) throws -> WriteReport<T> {
+  public func writeAndReport<T>(author: String? = nil, _ body: (Database) throws -> T) throws -> WriteReport<T> {
     try checkWritable()
     // Reentrant on the writer queue, so that a nested call gets a clear
     // error instead of GRDB's reentrancy trap.
-    let (result, sequence) = try pool.unsafeReentrantWrite { db in try transaction(db, body) }
+    let (result, sequence) = try pool.unsafeReentrantWrite { db in try transaction(db, author: author, body) }
     let outcome = published(sequence)
     return WriteReport(result: result, changeSet: outcome?.changeSet, publishFailures: outcome?.failures ?? [])
   }
@@ -211,17 +190,21 @@ public final class Store: Sendable {
   /// Runs `body` in one transaction, without blocking the calling thread,
   /// and publishes what it changed. See `write(_:)`.
   @discardableResult
-  public func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
-    try await writeAndReturnChangeSet(body).result
+  public func write<T: Sendable>(
+    author: String? = nil, _ body: @escaping @Sendable (Database) throws -> T
+  ) async throws -> T {
+    try await writeAndReturnChangeSet(author: author, body).result
   }
 
-  /// Like `write(_:)`, and also returns the change set
+  /// Like `write(author:_:)`, and also returns the change set
   /// published.
   public func writeAndReturnChangeSet<T: Sendable>(
-    _ body: @escaping @Sendable (Database) throws -> T
+    author: String? = nil, _ body: @escaping @Sendable (Database) throws -> T
   ) async throws -> (result: T, changeSet: ChangeSet?) {
     try checkWritable()
-    let (result, sequence) = try await pool.writeWithoutTransaction { db in try self.transaction(db, body) }
+    let (result, sequence) = try await pool.writeWithoutTransaction { db in
+      try self.transaction(db, author: author, body)
+    }
     return (result, published(sequence)?.changeSet)
   }
 
@@ -239,41 +222,35 @@ public final class Store: Sendable {
       guard !db.isInsideTransaction else { throw GroupSyncError.nestedWrite }
       return try body(db)
     }
-    let (_, changeSet) = try writeAndReturnChangeSet { db in try self.observer.invalidateEveryTable(db) }
+    let (_, changeSet) = try writeAndReturnChangeSet { db in try self.writer!.recorder.invalidateEveryTable(db) }
     guard let changeSet else { throw GroupSyncError.invalidStore(path: path, reason: "no change set for the invalidation") }
     return (result, changeSet)
   }
 
-  private func transaction<T>(_ db: Database, _ body: (Database) throws -> T) throws -> (T, Int64?) {
+  /// One write: begin, the caller's body, finish (the change set in the
+  /// history), COMMIT; the caller then publishes. Returns the body's
+  /// result and the change set's sequence (nil: nothing changed).
+  private func transaction<T>(
+    _ db: Database, author: String?, _ body: (Database) throws -> T
+  ) throws -> (T, Int64?) {
+    let recorder = writer!.recorder
     // SQLite's own answer: GRDB's `isInsideTransaction` checks its queue
     // too, which costs more than the check on every write.
-    let connection = observer.capture.connection
-    guard sqlite3_get_autocommit(connection) != 0 else { throw GroupSyncError.nestedWrite }
+    guard !recorder.isInTransaction else { throw GroupSyncError.nestedWrite }
     var output: (T, Int64?)?
     let start = ContinuousClock.now
     defer { if output?.1 != nil { metrics?.commitDuration.record(duration: ContinuousClock.now - start) } }
     try db.inTransaction(.immediate) {
-      try observer.transactionWillBegin(db)
+      try recorder.begin(db, author: author ?? self.author)
       let result = try body(db)
-      guard sqlite3_get_autocommit(connection) == 0 else { throw GroupSyncError.transactionEndedByClosure }
-      let changeSet = try observer.prepareChangeSet(db) { _ in try observer.nextSequence() }
-      if let changeSet {
-        let payload = ChangeSetEncoding.encode(changeSet)
-        try observer.statements.appendHistory(changeSet, payload: payload, author: author)
-        observer.preparedPayload = payload
-        if changeSet.sequence % History.purgeInterval == 0 {
-          try History.purge(
-            db, newest: changeSet.sequence, floor: { self.durableFloor?(db) }, now: changeSet.committedAtNanoseconds)
-        }
-      }
-      output = (result, changeSet?.sequence)
+      output = (result, try recorder.finish(db))
       return .commit
     }
     return output!
   }
 
   private func published(_ sequence: Int64?) -> CommitPublisher.Outcome? {
-    guard let sequence, let publisher = capture?.publisher else { return nil }
+    guard let sequence, let publisher = writer?.publisher else { return nil }
     return publisher.publish(through: sequence)
   }
 
@@ -348,7 +325,17 @@ public final class Store: Sendable {
 
   // MARK: Internals
 
-  func publishPending() { capture?.publisher.publish(through: nil) }
+  func publishPending() { writer?.publisher.publish(through: nil) }
+
+  /// The open write's recorder; for the store's own extensions.
+  var recorder: CommitRecorder { writer!.recorder }
+
+  /// Runs `body`, in which the writer connection notifies GRDB's observers
+  /// of other processes' changes (not writes of its own).
+  func relayingOtherProcesses<T>(_ body: () throws -> T) rethrows -> T {
+    guard let recorder = writer?.recorder else { return try body() }
+    return try recorder.relayingOtherProcesses(body)
+  }
 
   func checkOpen() throws {
     if closed.load(ordering: .acquiring) { throw GroupSyncError.storeClosed(path: path) }

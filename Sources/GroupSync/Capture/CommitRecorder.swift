@@ -3,24 +3,32 @@ import Foundation
 import GRDB
 import Logging
 
-/// GroupSync's transaction observer on a store's writer connection: it
-/// turns what the capture recorded into the transaction's change set,
-/// refuses commits that got no sequence number, and hands committed change
-/// sets to the publisher.
+/// The one door between a store's writer and its capture: everything a
+/// write records, from BEGIN to the committed change set.
 ///
-/// Added from `Configuration.prepareDatabase` with the `.databaseLifetime`
-/// extent, so it lives exactly as long as the connection. GRDB calls it on
-/// the writer's queue only, which is also where ``prepareChangeSet(_:)``
-/// runs: that confinement is why it is `@unchecked Sendable`.
-final class CaptureObserver: TransactionObserver, @unchecked Sendable {
-  let capture: ChangeCapture
+/// `Store.transaction` reads begin / body / finish / publish:
+/// ``begin(_:author:)`` remembers the schema and the author, ``addNote(_:_:)``
+/// collects notes, ``finish(_:)`` numbers the change set, encodes it,
+/// appends it to the history and purges; at COMMIT the recorder hands one
+/// ``CommittedChangeSet`` to the ``CommitPublisher``. Migrations (a
+/// trigger numbers each of GRDB's migration transactions) and the relaying
+/// of other processes' changes to GRDB's observers are modes of it too.
+/// Nothing else touches the capture or GRDB's observer.
+///
+/// It is GRDB's transaction observer on the writer connection, added with
+/// the `.databaseLifetime` extent so that it lives exactly as long as the
+/// connection. GRDB calls it on the writer's queue only, which is also
+/// where every method runs: that confinement is why it is
+/// `@unchecked Sendable`.
+final class CommitRecorder: TransactionObserver, @unchecked Sendable {
+  private let capture: ChangeCapture
   private let storeID: UUID
-  private let didCommit: @Sendable (ChangeSet, _ encoded: [UInt8], _ claimed: Bool) -> Void
-  /// The open transaction's change set as stored in the history.
-  var preparedPayload: [UInt8]?
+  private let publisher: CommitPublisher
+  /// The lowest sequence a durable listener still needs, for purges.
+  private let durableFloor: (@Sendable (Database) -> Int64?)?
   private let schema: SchemaCache
   /// The statements run on every commit, prepared once.
-  let statements: WriterStatements
+  private let statements: WriterStatements
 
   /// Whether rows come from GRDB's observer (no pre-update hook, or ours
   /// was replaced). The fallback cannot see REPLACE deletes.
@@ -40,17 +48,19 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   private var ignoredShadowTables = Set<TableName>()
   private var shadowsIgnoredAtVersion: Int64 = -1
   private var sequencedWrittenTables = 0
-  /// The change set of the open transaction, once sequenced.
-  private var prepared: ChangeSet?
+  /// The change set of the open transaction, once sequenced, and its
+  /// encoding as stored in the history.
+  private var prepared: (changeSet: ChangeSet, encoded: [UInt8])?
+  /// The author of the open `Store.write`, recorded in the history.
+  private var author: String?
   /// Notes added by the open `Store.write`.
   private var pendingNotes: [ChangeSetNote] = []
-  private var isInStoreWrite = false
   /// While `Store.migrate` runs: a TEMP trigger on `grdb_migrations`
-  /// allocates each migration's sequence number (see Store+Migrations).
-  var isMigrating = false
-  /// While other processes' changes are notified to GRDB's observers
-  /// (`notifyChanges`): those are not writes of this connection.
-  var isRelayingOtherProcesses = false
+  /// allocates each migration's sequence number.
+  private var isMigrating = false
+  /// While other processes' changes are notified to GRDB's observers:
+  /// those are not writes of this connection.
+  private var isRelayingOtherProcesses = false
   private var migrationRecorded = false
   /// This connection's last change set, as committed: the data version
   /// right after its COMMIT, its sequence and the schema it left.
@@ -59,19 +69,103 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   /// `lastCommit` left off.
   private var knownLastSequence: Int64?
 
-  init(capture: ChangeCapture, storeID: UUID, didCommit: @escaping @Sendable (ChangeSet, _ encoded: [UInt8], _ claimed: Bool) -> Void) {
+  /// `grdb_migrations`, GRDB's record of applied migrations.
+  static let migrationsTable = "grdb_migrations"
+  /// A TEMP table of the writer connection holding the sequence number the
+  /// migration trigger allocated last.
+  static let migrationSequenceTable = "temp.groupsync_migration_sequence"
+
+  private init(
+    capture: ChangeCapture, storeID: UUID, publisher: CommitPublisher,
+    durableFloor: (@Sendable (Database) -> Int64?)?
+  ) {
     self.capture = capture
     self.storeID = storeID
+    self.publisher = publisher
+    self.durableFloor = durableFloor
     statements = WriterStatements(connection: capture.connection)
     schema = SchemaCache(statements: statements)
-    self.didCommit = didCommit
     isFallback = !capture.usesPreUpdateHook
   }
 
-  /// Builds the open transaction's change set, numbered by `nextSequence`,
-  /// inside the transaction; nil when nothing GroupSync reports changed.
-  /// Runs right before COMMIT; the caller appends it to the history.
-  func prepareChangeSet(_ db: Database, nextSequence: (Database) throws -> Int64) throws -> ChangeSet? {
+  /// Installs the capture and the recorder on `db`, the writer connection,
+  /// for as long as it lives (GRDB releases the recorder after close).
+  static func install(
+    on db: Database, path: String, storeID: UUID, options: StoreOptions, publisher: CommitPublisher,
+    durableFloor: (@Sendable (Database) -> Int64?)?
+  ) throws -> CommitRecorder {
+    guard let connection = db.sqliteConnection else { throw GroupSyncError.storeClosed(path: path) }
+    let capture = try ChangeCapture(
+      connection: connection, withoutPreUpdateHook: options.captureWithoutPreUpdateHook, rowBudget: options.rowBudget)
+    let recorder = CommitRecorder(capture: capture, storeID: storeID, publisher: publisher, durableFloor: durableFloor)
+    db.add(transactionObserver: recorder, extent: .databaseLifetime)
+    return recorder
+  }
+
+  /// Finalizes the statements and uninstalls the hook, on the writer queue
+  /// while the connection is open (GRDB closes only a connection without
+  /// prepared statements).
+  func detach() {
+    statements.finalize()
+    capture.detach()
+  }
+
+  /// Whether the writer connection has a transaction open.
+  var isInTransaction: Bool { sqlite3_get_autocommit(capture.connection) == 0 }
+
+  // MARK: A write, from BEGIN to COMMIT
+
+  /// Remembers the schema the transaction starts from, to tell what it
+  /// changed in it, and the author the history will record. Runs right
+  /// after BEGIN of every `Store.write`.
+  func begin(_ db: Database, author: String) throws {
+    try rememberSchema(db)
+    self.author = author
+  }
+
+  private func rememberSchema(_ db: Database) throws {
+    // Nothing moved since this connection's last change set committed
+    // (the data version moves with every commit of any connection, seen
+    // once this transaction began): the schema is the one that change set
+    // left, and the history's last sequence is its own.
+    if let last = lastCommit, isInTransaction, statements.dataVersion() == last.dataVersion,
+      schema.baseline?.version == last.schemaVersion
+    {
+      knownLastSequence = last.sequence
+    } else {
+      schema.baseline = try schema.snapshot(db)
+      knownLastSequence = nil
+    }
+    lastCommit = nil
+  }
+
+  /// Adds a note to the open `Store.write`'s change set.
+  func addNote(_ note: ChangeSetNote, _ db: Database) throws {
+    guard author != nil, db.isInsideTransaction else { throw GroupSyncError.noteOutsideWrite }
+    pendingNotes.append(note)
+  }
+
+  /// Numbers the open transaction's change set, encodes it, appends it to
+  /// the history and purges what the retention lets go; right before
+  /// COMMIT. Returns its sequence, or nil when nothing GroupSync reports
+  /// changed.
+  func finish(_ db: Database) throws -> Int64? {
+    guard isInTransaction else { throw GroupSyncError.transactionEndedByClosure }
+    guard let changeSet = try prepareChangeSet(db) else { return nil }
+    let encoded = ChangeSetEncoding.encode(changeSet)
+    try statements.appendHistory(changeSet, payload: encoded, author: author)
+    prepared = (changeSet, encoded)
+    if changeSet.sequence % History.purgeInterval == 0 {
+      try History.purge(
+        db, newest: changeSet.sequence, floor: { self.durableFloor?(db) }, now: changeSet.committedAtNanoseconds)
+    }
+    return changeSet.sequence
+  }
+
+  /// Builds the open transaction's change set, numbered one past the
+  /// history's last, inside the transaction; nil when nothing GroupSync
+  /// reports changed.
+  private func prepareChangeSet(_ db: Database) throws -> ChangeSet? {
     if !isFallback && !capture.isHookIntact {
       isFallback = true
       Logger.groupSync.error(
@@ -100,51 +194,25 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
     let schemaChanged = snapshot.version != schema.baseline?.version
     guard capture.hasChanges || schemaChanged || !pendingNotes.isEmpty else { return nil }
     if capture.overflowed { throw GroupSyncError.captureOutOfMemory }
-    let changeSet = try makeChangeSet(db, sequence: nextSequence(db), schema: snapshot)
+    let changeSet = try makeChangeSet(db, sequence: nextSequence(), schema: snapshot)
     capture.markSequenced()
     sequencedWrittenTables = writtenTables.count
-    prepared = changeSet
     return changeSet
   }
 
   /// Marks every table a reader can query as changed, in the open
-  /// transaction.
+  /// transaction (after `VACUUM`, which may renumber rowids).
   func invalidateEveryTable(_ db: Database) throws {
     for table in try schema.snapshot(db).readableTables where !table.isInternal {
       capture.invalidate(table.name)
     }
   }
 
-  /// Remembers the schema the transaction starts from, to tell what it
-  /// changed in it. Runs at the start of every `Store.write`.
-  func transactionWillBegin(_ db: Database) throws {
-    // Nothing moved since this connection's last change set committed
-    // (the data version moves with every commit of any connection, seen
-    // once this transaction began): the schema is the one that change set
-    // left, and the history's last sequence is its own.
-    if let last = lastCommit, sqlite3_get_autocommit(capture.connection) == 0,
-      statements.dataVersion() == last.dataVersion, schema.baseline?.version == last.schemaVersion
-    {
-      knownLastSequence = last.sequence
-    } else {
-      schema.baseline = try schema.snapshot(db)
-      knownLastSequence = nil
-    }
-    lastCommit = nil
-    isInStoreWrite = true
-  }
-
   /// The sequence number of the open transaction's change set: one past
   /// the history's last, read in the transaction unless this connection
   /// committed it and nothing moved since.
-  func nextSequence() throws -> Int64 {
+  private func nextSequence() throws -> Int64 {
     try (knownLastSequence ?? statements.lastSequence()) + 1
-  }
-
-  /// Adds a note to the open `Store.write`'s change set.
-  func addNote(_ note: ChangeSetNote, _ db: Database) throws {
-    guard isInStoreWrite, db.isInsideTransaction else { throw GroupSyncError.noteOutsideWrite }
-    pendingNotes.append(note)
   }
 
   /// Full-text indexes write their index shadow tables while the
@@ -178,22 +246,64 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   /// now (SQL is allowed here) and store it. Until then, or if that fails,
   /// the history row reads as unreadable, which listeners answer with a
   /// reset: nothing is skipped silently.
-  private func migrationChangeSet(_ db: Database) -> ChangeSet? {
+  private func migrationChangeSet(_ db: Database) -> CommittedChangeSet? {
     do {
-      guard let sequence = try Int64.fetchOne(db, sql: "SELECT seq FROM \(Store.migrationSequenceTable)") else {
+      guard let sequence = try Int64.fetchOne(db, sql: "SELECT seq FROM \(Self.migrationSequenceTable)") else {
         return nil
       }
       let after = try schema.snapshot(db)
       ignoreNonRowIDShadowTables(after)
       let changeSet = try makeChangeSet(db, sequence: sequence, schema: after)
+      let encoded = ChangeSetEncoding.encode(changeSet)
       try db.execute(
-        sql: "UPDATE \(StoreState.historyTable) SET payload = ? WHERE seq = ?",
-        arguments: [Data(ChangeSetEncoding.encode(changeSet)), sequence])
-      return changeSet
+        sql: "UPDATE \(StoreState.historyTable) SET payload = ? WHERE seq = ?", arguments: [Data(encoded), sequence])
+      // No writer waits for it: whoever publishes next publishes it.
+      return CommittedChangeSet(changeSet: changeSet, encoded: encoded, claimed: false)
     } catch {
       Logger.groupSync.error("cannot build the change set of a migration: \(error)")
       return nil
     }
+  }
+
+  // MARK: Modes
+
+  /// Numbers each of GRDB's migration transactions from now until
+  /// ``stopMigrating(_:)``: GRDB commits each migration in a transaction of
+  /// its own, which ends by recording the migration in `grdb_migrations`.
+  /// A TEMP trigger on that table (whose body may not qualify names: they
+  /// resolve in `temp`, then `main`) gives the transaction its sequence
+  /// number, so the migration's rows commit together with their number.
+  /// Runs outside a transaction.
+  func startMigrating(_ db: Database) throws {
+    try db.execute(sql: """
+      CREATE TABLE IF NOT EXISTS \(Self.migrationsTable) (identifier TEXT NOT NULL PRIMARY KEY);
+      CREATE TABLE IF NOT EXISTS \(Self.migrationSequenceTable) (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER);
+      CREATE TEMP TRIGGER IF NOT EXISTS groupsync_migration_sequence
+      AFTER INSERT ON main.\(Self.migrationsTable)
+      BEGIN
+        INSERT INTO \(StoreState.historyTable)(seq, committed_at, author, pid, payload)
+          SELECT coalesce(max(seq), 0) + 1, 0, 'migration ' || NEW.identifier, 0, x''
+          FROM \(StoreState.historyTable);
+        INSERT OR REPLACE INTO groupsync_migration_sequence(id, seq)
+          SELECT 1, max(seq) FROM \(StoreState.historyTable);
+      END;
+      """)
+    try rememberSchema(db)
+    isMigrating = true
+  }
+
+  /// Ends ``startMigrating(_:)``.
+  func stopMigrating(_ db: Database) throws {
+    isMigrating = false
+    try db.execute(sql: "DROP TRIGGER IF EXISTS temp.groupsync_migration_sequence")
+  }
+
+  /// Runs `body`, in which the connection notifies GRDB's observers of
+  /// other processes' changes: those are not writes of this connection.
+  func relayingOtherProcesses<T>(_ body: () throws -> T) rethrows -> T {
+    isRelayingOtherProcesses = true
+    defer { isRelayingOtherProcesses = false }
+    return try body()
   }
 
   // MARK: TransactionObserver
@@ -201,7 +311,7 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool {
     // GRDB asks before every statement: the common answer (the table the
     // last statement wrote) costs one compare of bytes and no allocation.
-    if isMigrating, case .insert(tableName: Store.migrationsTable) = eventKind { return true }
+    if isMigrating, case .insert(tableName: Self.migrationsTable) = eventKind { return true }
     guard !isRelayingOtherProcesses else { return false }
     let table = eventKind.tableName
     if let last = writtenTables.last, TableName.sameBytes(last, table) { return isFallback }
@@ -219,7 +329,7 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
     // A `temp` table's rows are this connection's alone, even when its
     // name is a table of the store's.
     guard event.databaseName == "main" else { return }
-    if event.tableName == Store.migrationsTable {
+    if event.tableName == Self.migrationsTable {
       migrationRecorded = isMigrating
       return
     }
@@ -245,20 +355,18 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
   }
 
   func databaseDidCommit(_ db: Database) {
-    var changeSet = prepared
-    let payload = preparedPayload
-    let claimed = changeSet != nil
-    if changeSet == nil && migrationRecorded {
+    var committed = prepared.map { CommittedChangeSet(changeSet: $0.changeSet, encoded: $0.encoded, claimed: true) }
+    if committed == nil && migrationRecorded {
       // Cleared first: storing the payload commits again, which comes back here.
       migrationRecorded = false
-      changeSet = migrationChangeSet(db)
+      committed = migrationChangeSet(db)
     }
     endTransaction()
-    if claimed, let changeSet, let version = statements.dataVersion(), let schemaVersion = schema.baseline?.version {
-      lastCommit = (version, changeSet.sequence, schemaVersion)
+    guard let committed else { return }
+    if committed.claimed, let version = statements.dataVersion(), let schemaVersion = schema.baseline?.version {
+      lastCommit = (version, committed.changeSet.sequence, schemaVersion)
     }
-    guard let changeSet else { return }
-    didCommit(changeSet, payload ?? ChangeSetEncoding.encode(changeSet), claimed)
+    publisher.enqueue(committed)
   }
 
   func databaseDidRollback(_ db: Database) {
@@ -268,10 +376,9 @@ final class CaptureObserver: TransactionObserver, @unchecked Sendable {
 
   private func endTransaction() {
     prepared = nil
-    preparedPayload = nil
     knownLastSequence = nil
     pendingNotes.removeAll()
-    isInStoreWrite = false
+    author = nil
     migrationRecorded = false
     writtenTables.removeAll(keepingCapacity: true)
     sequencedWrittenTables = 0
