@@ -23,12 +23,7 @@ struct SchemaSnapshot {
   }
 
   /// One row of `sqlite_schema`.
-  struct Entry: Equatable {
-    let type: String
-    let tableName: String
-    let sql: String?
-    let rootPage: Int64
-  }
+  typealias Entry = StoreSchema.Entry
 
   let version: Int64
   let kinds: [TableName: TableKind]
@@ -53,17 +48,12 @@ struct SchemaSnapshot {
     let sharesRowIDs: Bool
   }
 
-  static func version(_ db: Database) throws -> Int64 {
-    try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA schema_version")) ?? 0
-  }
-
   static func read(_ db: Database) throws -> SchemaSnapshot {
-    let version = try version(db)
+    let version = try StoreSchema.version(db)
     var entries: [EntryKey: Entry] = [:]
     var virtualModules: [TableName: String] = [:]
-    for row in try Row.fetchAll(db, sql: "SELECT type, name, tbl_name, sql, rootpage FROM main.sqlite_schema") {
-      let entry = Entry(type: row[0], tableName: row[2], sql: row[3], rootPage: row[4] ?? 0)
-      let name = TableName(row[1] as String)
+    for entry in try StoreSchema.entries(db) {
+      let name = TableName(entry.name)
       entries[EntryKey(type: entry.type, name: name)] = entry
       if let sql = entry.sql, entry.type == "table", let module = Self.virtualModule(sql) {
         virtualModules[name] = module
@@ -71,13 +61,13 @@ struct SchemaSnapshot {
     }
     var kinds: [TableName: TableKind] = [:]
     var shadows: [TableName] = []
-    for row in try Row.fetchAll(db, sql: "SELECT name, type, wr FROM pragma_table_list WHERE schema = 'main'") {
-      let name = TableName(row[0] as String)
-      switch row[1] as String {
+    for table in try StoreSchema.tables(db) {
+      let name = TableName(table.name)
+      switch table.type {
       case "virtual": kinds[name] = .virtual
       case "shadow": shadows.append(name)
       case "view": kinds[name] = .view
-      default: kinds[name] = (row[2] as Int64) != 0 ? .withoutRowID : .rowID
+      default: kinds[name] = table.isWithoutRowID ? .withoutRowID : .rowID
       }
     }
     // A shadow table is named after its virtual table and a suffix: the
@@ -181,13 +171,12 @@ struct SchemaSnapshot {
   /// unshadowed `rowid`, `_rowid_` or `oid`, or its INTEGER PRIMARY KEY.
   private static func isRowID(_ column: String, of table: TableName, _ db: Database) throws -> Bool {
     let wanted = asciiLowercased(column)
-    let columns = try Row.fetchAll(
-      db, sql: "SELECT name, type, pk FROM pragma_table_info(?, 'main')", arguments: [table.name])
-    guard columns.contains(where: { asciiLowercased($0[0]) == wanted }) else {
+    let columns = try StoreSchema.columns(of: table.name, db)
+    guard columns.contains(where: { asciiLowercased($0.name) == wanted }) else {
       return ["rowid", "_rowid_", "oid"].contains(wanted)
     }
-    let keys = columns.filter { ($0[2] as Int) > 0 }
-    guard keys.count == 1, asciiLowercased(keys[0][0]) == wanted, asciiLowercased(keys[0][1]) == "integer" else {
+    let keys = columns.filter { $0.primaryKeyIndex > 0 }
+    guard keys.count == 1, asciiLowercased(keys[0].name) == wanted, asciiLowercased(keys[0].type) == "integer" else {
       return false
     }
     // INTEGER PRIMARY KEY DESC is not the rowid: it has an index of its own.
@@ -230,15 +219,6 @@ struct SchemaSnapshot {
     // than visible differences mean a change undid itself in shape only.
     if version - old.version > Int64(changed.count + otherDifferences) && changed.isEmpty { return nil }
     return (changed, created)
-  }
-
-  /// How to name the rowid of `table` in SQL: `rowid`, `_rowid_` or `oid`,
-  /// whichever no column of the table shadows; nil when all three are
-  /// column names (its rows cannot be checked, only invalidated).
-  static func rowIDName(of table: TableName, _ db: Database) throws -> String? {
-    let columns = Set(
-      try String.fetchAll(db, sql: "SELECT lower(name) FROM pragma_table_xinfo(?, 'main')", arguments: [table.name]))
-    return ["rowid", "_rowid_", "oid"].first { !columns.contains($0) }
   }
 
   /// Every table a reader can query: rowid, WITHOUT ROWID and virtual ones.

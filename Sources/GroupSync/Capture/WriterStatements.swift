@@ -131,7 +131,9 @@ final class WriterStatements {
       guard let range, let list, let count else { return nil }
       return (range, list, count)
     }
-    guard let rowID = try SchemaSnapshot.rowIDName(of: table, db) else {
+    // Nil when every alias is a column name: its rows cannot be checked,
+    // only invalidated.
+    guard let rowID = try StoreSchema.rowIDName(of: table.name, db) else {
       existence[table] = (nil, nil, nil)
       return nil
     }

@@ -25,22 +25,16 @@ final class TableInfoCache {
 
   func info(_ table: TableName, _ db: Database) throws -> Info {
     if let info = infos[table] { return info }
-    let entry = try Row.fetchOne(
-      db.cachedStatement(
-        sql: "SELECT type, wr, name FROM pragma_table_list WHERE schema = 'main' AND name = ? COLLATE NOCASE"),
-      arguments: [table.name])
-    guard let entry, ["table", "virtual"].contains(entry[0] as String), (entry[1] as Int64) == 0 else {
+    let entry = try StoreSchema.table(named: table.name, db)
+    guard let entry, ["table", "virtual"].contains(entry.type), !entry.isWithoutRowID else {
       throw ContextError.invalidRequest(
         entry == nil ? "the store '\(storeName)' has no table '\(table.name)'"
           : "'\(table.name)' of store '\(storeName)' is not a table with rowids")
     }
-    let columns = try String.fetchAll(
-      db.cachedStatement(sql: "SELECT name FROM pragma_table_xinfo(?, 'main')"), arguments: [table.name])
-    let taken = Set(columns.map(SQLIdentifier.asciiLowercased))
-    guard let alias = ["_rowid_", "rowid", "oid"].first(where: { !taken.contains($0) }) else {
+    guard let alias = try StoreSchema.rowIDName(of: table.name, db) else {
       throw ContextError.invalidRequest("every rowid alias of '\(table.name)' of store '\(storeName)' is a column name")
     }
-    let name: String = entry[2]
+    let name = entry.name
     let info = Info(name: name, rowIDName: alias, quotedName: TableName(name).qualified)
     infos[table] = info
     return info
@@ -49,9 +43,7 @@ final class TableInfoCache {
   /// Whether the store has a table (or view) named `table`.
   func exists(_ table: TableName, _ db: Database) throws -> Bool {
     if infos[table] != nil { return true }
-    return try Bool.fetchOne(
-      db.cachedStatement(sql: "SELECT 1 FROM pragma_table_list WHERE schema = 'main' AND name = ? COLLATE NOCASE"),
-      arguments: [table.name]) ?? false
+    return try StoreSchema.table(named: table.name, db) != nil
   }
 
   /// The schema's spelling of `table`, if already known (no I/O).

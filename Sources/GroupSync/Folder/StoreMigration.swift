@@ -96,47 +96,41 @@ struct MigrationPlan: Sendable {
 
   /// The plans for `names` (nil: every ordinary table) of the store `db`.
   static func tables(_ names: [String]?, _ db: Database, path: String) throws -> [MigrationPlan] {
-    let list = try Row.fetchAll(db, sql: """
-      SELECT l.name, l.type, l.wr, s.sql FROM pragma_table_list AS l
-      JOIN sqlite_schema AS s ON s.name = l.name AND s.type = 'table'
-      WHERE l.schema = 'main'
-      """)
-    var byName: [String: Row] = [:]
-    for row in list { byName[row["name"]] = row }
-    let wanted = names ?? list.compactMap { row -> String? in
-      let name: String = row["name"]
-      return row["type"] == "table" && !TableName(name).isInternal ? name : nil
+    let entries = try StoreSchema.entries(db)
+    func sql(of name: String, type: String) -> String? {
+      entries.first { $0.type == type && $0.name == name }?.sql
+    }
+    // Tables only, as `sqlite_schema` has them (`pragma_table_list` names
+    // `temp`'s tables too).
+    let list = try StoreSchema.tables(db).filter { table in entries.contains { $0.type == "table" && $0.name == table.name } }
+    var byName: [String: StoreSchema.Table] = [:]
+    for table in list { byName[table.name] = table }
+    let wanted = names ?? list.compactMap { table -> String? in
+      table.type == "table" && !TableName(table.name).isInternal ? table.name : nil
     }.sorted()
     return try wanted.map { name in
-      guard let row = byName[name] ?? list.first(where: { ($0["name"] as String).lowercased() == name.lowercased() })
-      else {
+      guard let table = byName[name] ?? list.first(where: { $0.name.lowercased() == name.lowercased() }) else {
         throw GroupSyncError.invalidStore(path: path, reason: "the store has no table '\(name)'")
       }
-      guard row["type"] == "table" else {
+      guard table.type == "table" else {
         throw GroupSyncError.invalidStore(
-          path: path, reason: "'\(name)' is not a plain table (its type is \(row["type"] as String)) and cannot be copied row by row")
+          path: path, reason: "'\(name)' is not a plain table (its type is \(table.type)) and cannot be copied row by row")
       }
-      let tableName: String = row["name"]
-      let hasRowID = (row["wr"] as Int64) == 0
-      let info = try Row.fetchAll(
-        db, sql: "SELECT name, type, pk FROM pragma_table_info(?, 'main') ORDER BY cid", arguments: [tableName])
-      let primaryKeys = info.filter { ($0["pk"] as Int64) > 0 }
-      let rowIDAlias = hasRowID && primaryKeys.count == 1 && (primaryKeys[0]["type"] as String).uppercased() == "INTEGER"
-        ? primaryKeys[0]["name"] as String : nil
-      let indexes = try String.fetchAll(
-        db, sql: "SELECT sql FROM sqlite_schema WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL",
-        arguments: [tableName])
+      let tableName = table.name
+      let hasRowID = !table.isWithoutRowID
+      let info = try StoreSchema.columns(of: tableName, db)
+      let primaryKeys = info.filter { $0.primaryKeyIndex > 0 }
+      let rowIDAlias = hasRowID && primaryKeys.count == 1 && primaryKeys[0].type.uppercased() == "INTEGER"
+        ? primaryKeys[0].name : nil
+      let indexes = entries.compactMap { $0.type == "index" && $0.tableName == tableName ? $0.sql : nil }
       return MigrationPlan(
-        name: tableName, createSQL: row["sql"], indexSQL: indexes, hasRowID: hasRowID,
-        columns: info.map { $0["name"] as String }.filter { $0 != rowIDAlias })
+        name: tableName, createSQL: sql(of: tableName, type: "table") ?? "", indexSQL: indexes, hasRowID: hasRowID,
+        columns: info.map(\.name).filter { $0 != rowIDAlias })
     }
   }
 
   /// `_rowid_`, `rowid` or `oid`: the first that no column shadows.
-  private var rowIDName: String {
-    let taken = Set(columns.map(SQLIdentifier.asciiLowercased))
-    return ["_rowid_", "rowid", "oid"].first { !taken.contains($0) } ?? "_rowid_"
-  }
+  private var rowIDName: String { StoreSchema.rowIDName(amongColumns: columns) ?? "_rowid_" }
 
   /// The rowid first (tables with rowids), then the columns.
   private var copiedNames: [String] {

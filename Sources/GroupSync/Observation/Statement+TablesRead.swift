@@ -5,7 +5,7 @@ extension Statement {
   /// GRDB through its region (joins and subqueries included).
   func tablesRead(_ db: Database) throws -> Set<TableName> {
     let region = databaseRegion
-    let names = try String.fetchAll(db, sql: "SELECT name FROM main.sqlite_schema WHERE type = 'table'")
+    let names = try StoreSchema.tableNames(db)
     var read = Set<TableName>()
     for name in names where region.isModified(byEventsOfKind: .insert(tableName: name)) { read.insert(TableName(name)) }
     return read
