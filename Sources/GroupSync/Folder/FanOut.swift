@@ -213,7 +213,7 @@ final class FanOut: Sendable {
     let file: FileDescriptor
     do {
       file = try folder.openFile(name, O_WRONLY | O_CREAT | O_EXCL)
-    } catch GroupSyncError.system(_, _, EEXIST) {
+    } catch GroupSyncError.system(EEXIST) {
       // A leftover of a crashed writer may still be linked into inboxes:
       // replace the name rather than truncate the file behind it.
       folder.remove(name)

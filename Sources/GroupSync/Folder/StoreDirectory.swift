@@ -131,7 +131,7 @@ final class StoreDirectory: Sendable {
   func storesFolder(create: Bool) throws -> SafeDirectory? {
     do {
       return try root.child(GroupLayout.storesFolder, create: create)
-    } catch GroupSyncError.system(_, _, ENOENT) where !create {
+    } catch GroupSyncError.system(ENOENT) where !create {
       return nil
     }
   }

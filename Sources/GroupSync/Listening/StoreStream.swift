@@ -405,7 +405,7 @@ final class StoreStream {
     do {
       // No symlink followed, no FIFO waited on, nothing but a regular file.
       (file, info) = try inbox.openRegularFile(fileName, O_RDONLY)
-    } catch GroupSyncError.system(_, _, ENOENT) {
+    } catch GroupSyncError.system(ENOENT) {
       return nil
     } catch {
       return .failure("cannot open \(fileName): \(error)")

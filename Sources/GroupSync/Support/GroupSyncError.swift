@@ -17,7 +17,7 @@ public enum GroupSyncError: Error, Equatable, Sendable, CustomStringConvertible 
   /// The folder is not a group folder (it has no store).
   case notAGroupFolder(String)
   /// A system call failed.
-  case system(call: String, path: String?, errno: Int32)
+  case system(SystemCallError)
   /// The store's bookkeeping table is missing or holds nonsense.
   case invalidStore(path: String, reason: String)
   /// The store was closed.
@@ -59,6 +59,11 @@ public enum GroupSyncError: Error, Equatable, Sendable, CustomStringConvertible 
   /// writable).
   case storeKindMismatch(String, isReadOnly: Bool)
 
+  /// A failure of the system call `call` on `path` with `errno`.
+  public static func system(call: String, path: String?, errno: Int32) -> GroupSyncError {
+    .system(SystemCallError(call: call, path: path, errno: errno))
+  }
+
   public var description: String {
     switch self {
     case .invalidURI(let uri, let reason):
@@ -71,10 +76,8 @@ public enum GroupSyncError: Error, Equatable, Sendable, CustomStringConvertible 
       return "listener name '\(name)' is in use by a live listener"
     case .notAGroupFolder(let path):
       return "'\(path)' is not a group folder (no store.sqlite; run 'groupsync init' first)"
-    case .system(let call, let path, let code):
-      let detail = String(cString: strerror(code))
-      if let path { return "\(call)(\(path)) failed: \(detail)" }
-      return "\(call) failed: \(detail)"
+    case .system(let error):
+      return error.description
     case .invalidStore(let path, let reason):
       return "invalid store '\(path)': \(reason)"
     case .storeClosed(let path):

@@ -3,7 +3,7 @@ import Glibc
 #endif
 
 /// Thin wrappers over the system calls GroupSync makes: each retries EINTR
-/// and turns errno into a ``GroupSyncError/system(call:path:errno:)`` that
+/// and turns errno into a ``GroupSyncError/system(_:)`` that
 /// names the call and the path.
 enum System {
   /// Runs `body` until it stops failing with EINTR; throws on -1.
