@@ -213,16 +213,10 @@ public final class GroupFolder: Sendable {
         history: .init(oldest: 0, newest: 0, count: 0, bytes: 0),
         fileSize: (info?[.size] as? NSNumber)?.int64Value, fileModified: info?[.modificationDate] as? Date)
     }
-    let history = try store.read { db in
-      try Row.fetchOne(db, sql: """
-        SELECT coalesce(min(seq), 0), coalesce(max(seq), 0), count(*), coalesce(sum(length(payload)), 0)
-        FROM \(StoreState.historyTable)
-        """)!
-    }
+    let history = try store.read { try History.summary($0) }
     return .init(
-      name: store.name, storeID: store.storeID, path: store.path, isReadOnly: false, sequence: history[1],
-      history: .init(oldest: history[0], newest: history[1], count: history[2], bytes: history[3]),
-      fileSize: nil, fileModified: nil)
+      name: store.name, storeID: store.storeID, path: store.path, isReadOnly: false, sequence: history.newest,
+      history: history, fileSize: nil, fileModified: nil)
   }
 }
 

@@ -73,6 +73,16 @@ enum History {
     try db.execute(sql: "INSERT OR REPLACE INTO \(retentionTable)(id, json) VALUES (1, ?)", arguments: [json])
   }
 
+  /// The oldest and newest sequence numbers the history holds (0 when
+  /// empty), how many entries and how many payload bytes.
+  static func summary(_ db: Database) throws -> GroupStatus.HistoryStatus {
+    let row = try Row.fetchOne(db, sql: """
+      SELECT coalesce(min(seq), 0), coalesce(max(seq), 0), count(*), coalesce(sum(length(payload)), 0)
+      FROM \(StoreState.historyTable)
+      """)!
+    return .init(oldest: row[0], newest: row[1], count: row[2], bytes: row[3])
+  }
+
   /// The oldest sequence number the history still holds (nil when empty).
   static func oldestSequence(_ db: Database) throws -> Int64? {
     try Int64.fetchOne(db, sql: "SELECT min(seq) FROM \(StoreState.historyTable)")
