@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Logging
 
 /// A folder inside the group folder, reached without following a symlink.
 ///
@@ -53,6 +54,39 @@ final class SafeDirectory: Sendable {
       throw GroupSyncError.unsafeEntry(path: childPath, reason: "it is on another device")
     }
     return child
+  }
+
+  /// The folder `name` in this one, created if missing. An entry there
+  /// that is not a folder of the group (a symlink, a file, a FIFO, another
+  /// device) is refused, removed itself (never followed), and the folder
+  /// made anew; `who` (a listener's name, or nil) goes in the log line.
+  func ownedChild(_ name: String, for who: String? = nil) throws -> SafeDirectory {
+    let open = { try self.child(name, create: true) }
+    return try replacingUnsafeEntry(name, for: who, open: open, recreate: open)
+  }
+
+  /// The regular file `name`, opened with `flags | O_CREAT`. An entry there
+  /// that is not a regular file is refused, removed itself and the file
+  /// made anew, as ``ownedChild(_:for:)`` does for folders.
+  func openOwnedFile(_ name: String, _ flags: Int32, for who: String? = nil) throws -> FileDescriptor {
+    try replacingUnsafeEntry(
+      name, for: who, open: { try self.openFile(name, flags | O_CREAT) },
+      recreate: { try self.openFile(name, flags | O_CREAT | O_EXCL) })
+  }
+
+  /// The rule "refuse, remove, recreate", written once: `open`, and when
+  /// the entry is unsafe, remove the entry itself and `recreate`.
+  private func replacingUnsafeEntry<T>(
+    _ name: String, for who: String?, open: () throws -> T, recreate: () throws -> T
+  ) throws -> T {
+    do {
+      return try open()
+    } catch GroupSyncError.unsafeEntry(let path, let reason) {
+      let prefix = who.map { "listener '\($0)': " } ?? ""
+      Logger.groupSync.error("\(prefix)refused '\(path)' (\(reason)); replacing it")
+      remove(name)
+      return try recreate()
+    }
   }
 
   /// The identity of the entry `name` (not following a symlink), or nil if
