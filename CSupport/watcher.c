@@ -69,7 +69,7 @@ struct gs__watch_s {
   uv_timer_t timer;
   int has_timer;
   unsigned flags;  // GS_WATCH_ARRIVALS
-  // The caller's descriptor of the folder (gs_watcher_add_fd), or -1:
+  // The caller's descriptor of the folder (gs_watcher_add), or -1:
   // entries and the folder are looked at through it, not through `path`.
   int dirfd;
   // The folder, and what it looked like at the last rescan passed on: a
@@ -538,14 +538,16 @@ fail_mutex:
   return result;
 }
 
-// gs_watcher_add and gs_watcher_add_fd: `dirfd` is -1 for a path.
-static int gs__add(gs_watcher_t *watcher, const char *path, int dirfd,
-                   uint64_t rescan_ms, unsigned flags, uint64_t *watch_id,
-                   int *uv_error) {
-  if (watcher == NULL || path == NULL || watch_id == NULL || uv_error == NULL)
+int gs_watcher_add(gs_watcher_t *watcher, int dirfd, uint64_t rescan_ms,
+                   unsigned flags, uint64_t *watch_id, int *uv_error) {
+  if (watcher == NULL || dirfd < 0 || watch_id == NULL || uv_error == NULL)
     return GS_EINVAL;
   *watch_id = 0;
   *uv_error = 0;
+  // libuv watches paths: this one names the very folder the descriptor
+  // holds, whatever its path became.
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", dirfd);
   if (gs__on_loop_thread(watcher)) {
     // From the callback: waiting for the loop would deadlock, and we are it.
     if (gs__is_closing(watcher))
@@ -562,23 +564,6 @@ static int gs__add(gs_watcher_t *watcher, const char *path, int dirfd,
   *watch_id = rc == GS_OK ? cmd.watch_id : 0;
   *uv_error = rc == GS_EUV ? cmd.uv_error : 0;
   return rc;
-}
-
-int gs_watcher_add(gs_watcher_t *watcher, const char *path,
-                   uint64_t rescan_ms, unsigned flags, uint64_t *watch_id,
-                   int *uv_error) {
-  return gs__add(watcher, path, -1, rescan_ms, flags, watch_id, uv_error);
-}
-
-int gs_watcher_add_fd(gs_watcher_t *watcher, int dirfd, uint64_t rescan_ms,
-                      unsigned flags, uint64_t *watch_id, int *uv_error) {
-  if (dirfd < 0)
-    return GS_EINVAL;
-  // libuv watches paths: this one names the very folder the descriptor
-  // holds, whatever its path became.
-  char path[64];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", dirfd);
-  return gs__add(watcher, path, dirfd, rescan_ms, flags, watch_id, uv_error);
 }
 
 int gs_watcher_wake(gs_watcher_t *watcher, uint64_t watch_id) {

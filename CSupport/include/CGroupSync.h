@@ -276,22 +276,18 @@ typedef void (*gs_watch_cb)(void *_Nullable context, uint64_t watch_id,
 int gs_watcher_create(gs_watch_cb callback, void *_Nullable context,
                       gs_watcher_t *_Nullable *_Nonnull out);
 
-/// Watches `path` (a folder) and rescans it every `rescan_ms` milliseconds
-/// (0: never); `flags` 0 reports every change, GS_WATCH_ARRIVALS only new
-/// entries. Callable from any thread; waits until the watch is running
-/// or failed. `*watch_id` is passed to every callback of this watch.
-/// On a libuv failure returns GS_EUV and stores the uv code in `*uv_error`.
-int gs_watcher_add(gs_watcher_t *watcher, const char *path,
-                   uint64_t rescan_ms, unsigned flags, uint64_t *watch_id,
-                   int *uv_error);
-
-/// Like gs_watcher_add, for a folder the caller holds open as `dirfd`,
-/// which must stay open until the watch is removed: the watch is on that
-/// very folder (through /proc/self/fd), whatever its path becomes, and
-/// entries, the folder's removal (no link left) and its rescans are
-/// looked at through the descriptor, without a path walk.
-int gs_watcher_add_fd(gs_watcher_t *watcher, int dirfd, uint64_t rescan_ms,
-                      unsigned flags, uint64_t *watch_id, int *uv_error);
+/// Watches the folder the caller holds open as `dirfd`, which must stay
+/// open until the watch is removed, and rescans it every `rescan_ms`
+/// milliseconds (0: never); `flags` 0 reports every change,
+/// GS_WATCH_ARRIVALS only new entries. The watch is on that very folder
+/// (through /proc/self/fd), whatever its path becomes, and its entries,
+/// its removal (no link left) and its rescans are looked at through the
+/// descriptor, without a path walk. Callable from any thread; waits until
+/// the watch is running or failed. `*watch_id` is passed to every callback
+/// of this watch. On a libuv failure returns GS_EUV and stores the uv code
+/// in `*uv_error`.
+int gs_watcher_add(gs_watcher_t *watcher, int dirfd, uint64_t rescan_ms,
+                   unsigned flags, uint64_t *watch_id, int *uv_error);
 
 /// Asks the loop thread to call the watch's callback once with
 /// GS_EVENT_WAKE, and returns at once: how another thread hands work to a
