@@ -240,8 +240,8 @@ typedef struct gs_watcher_s gs_watcher_t;
 enum {
   /// Only entries that appear in the folder (created, linked, moved in),
   /// and the folder itself removed (reported as GS_EVENT_RESCAN): removals
-  /// and changes of entries wake nobody (one lstat on the loop thread
-  /// tells an arrival from a removal).
+  /// and changes of entries wake nobody (one fstatat through the folder's
+  /// descriptor, on the loop thread, tells an arrival from a removal).
   GS_WATCH_ARRIVALS = 1,
 };
 
@@ -251,8 +251,8 @@ enum {
   GS_EVENT_RENAME = 1,
   /// An entry changed (libuv's UV_CHANGE).
   GS_EVENT_CHANGE = 2,
-  /// The periodic rescan timer fired, or (GS_WATCH_ARRIVALS) the folder
-  /// itself was removed; `filename` is NULL. inotify can drop events
+  /// The periodic rescan timer fired and the folder may have changed, or
+  /// (GS_WATCH_ARRIVALS) the folder itself was removed; `filename` is NULL. inotify can drop events
   /// (IN_Q_OVERFLOW, which libuv ignores), so events are hints and folders
   /// are rescanned.
   GS_EVENT_RESCAN = 4,

@@ -4,7 +4,8 @@
 //
 //   gcc -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror
 //     -fsanitize=address,undefined -I CSupport/include CSupport/watcher.c
-//     CSupport/errors.c Tests/c/watcher_test.c -luv -lpthread
+//     CSupport/folder_watch.c CSupport/errors.c Tests/c/watcher_test.c
+//     -luv -lpthread
 //     -o /tmp/watcher_test && /tmp/watcher_test
 //
 // and, built without -fsanitize, under

@@ -1,0 +1,85 @@
+// folder_watch: GroupSync's rules for a watched folder (see folder_watch.h);
+// the loop thread, its commands and the libuv handles are watcher.c's.
+//
+// A watch with GS_WATCH_ARRIVALS is told only of entries that appear:
+// inotify's UV_CHANGE (a write, or a link count changed by a writer linking
+// the same file into another inbox) is dropped, and so is a UV_RENAME
+// whose entry is gone (a removal, a rename out), which one fstatat through
+// the folder's descriptor tells. So a listener's own removals and the other
+// inboxes' links never wake its consumer. A folder that was itself removed
+// (no links left) is reported as a rescan.
+//
+// A folder whose times have not moved since the last rescan costs an fstat
+// per tick of the rescan timer, not a rescan, once its times had settled
+// when that rescan read them.
+
+
+#include "folder_watch.h"
+
+#include <fcntl.h>
+#include <stddef.h>
+#include <sys/stat.h>
+
+// File times are coarse (a kernel tick): an entry added in the tick of the
+// last rescan may leave them unchanged. A time is settled once it is more
+// than a second old.
+static int gs__file_time_settled(struct timespec stamp, struct timespec now) {
+  return stamp.tv_sec + 1 < now.tv_sec;
+}
+
+void gs__folder_init(gs__folder_t *folder, int dirfd, unsigned flags) {
+  *folder = (gs__folder_t){.dirfd = dirfd, .flags = flags};
+}
+
+// Whether the folder was removed: held open, it has no link left (or
+// cannot be looked at any more).
+static int gs__folder_gone(const gs__folder_t *folder) {
+  struct stat st;
+  if (fstat(folder->dirfd, &st) != 0)
+    return 1;
+  return st.st_nlink == 0;
+}
+
+int gs__folder_filter(const gs__folder_t *folder,
+                      const char *_Nullable *_Nonnull filename, int events) {
+  if (!(folder->flags & GS_WATCH_ARRIVALS))
+    return events;
+  if (!(events & GS_EVENT_RENAME) || *filename == NULL)
+    return 0;  // a write, or a link count changed: nothing arrived
+  // Through the descriptor: no path walk, and the entry of this very
+  // folder whatever its path became. An event about the folder itself
+  // (moved, or deleted once no descriptor holds it) is named after the
+  // path libuv watches, /proc/self/fd/N: "N", not an entry.
+  struct stat st;
+  if (fstatat(folder->dirfd, *filename, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    return GS_EVENT_RENAME;
+  if (gs__folder_gone(folder)) {
+    *filename = NULL;  // the folder itself went
+    return GS_EVENT_RESCAN;
+  }
+  return 0;  // a removal or a rename out
+}
+
+static int gs__same_time(struct timespec a, struct timespec b) {
+  return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+int gs__folder_tick(gs__folder_t *folder) {
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  struct stat st;
+  if (fstat(folder->dirfd, &st) == 0) {
+    // An entry added just after the last rescan may have left the times as
+    // they were: skip only if they had settled when that rescan read them.
+    int unchanged = gs__same_time(st.st_mtim, folder->scanned_mtime) &&
+                    gs__same_time(st.st_ctim, folder->scanned_ctime) &&
+                    gs__file_time_settled(st.st_mtim, folder->scanned_at) &&
+                    gs__file_time_settled(st.st_ctim, folder->scanned_at);
+    if (unchanged)
+      return GS_EVENT_TICK;
+    folder->scanned_mtime = st.st_mtim;
+    folder->scanned_ctime = st.st_ctim;
+  }
+  folder->scanned_at = now;
+  return GS_EVENT_RESCAN;
+}
