@@ -11,7 +11,7 @@
 //
 // A folder whose times have not moved since the last rescan costs an fstat
 // per tick of the rescan timer, not a rescan, once its times had settled
-// when that rescan read them.
+// (gs_file_time_settled) when that rescan read them.
 
 
 #include "folder_watch.h"
@@ -20,11 +20,15 @@
 #include <stddef.h>
 #include <sys/stat.h>
 
-// File times are coarse (a kernel tick): an entry added in the tick of the
-// last rescan may leave them unchanged. A time is settled once it is more
-// than a second old.
-static int gs__file_time_settled(struct timespec stamp, struct timespec now) {
-  return stamp.tv_sec + 1 < now.tv_sec;
+// How long a file time may stand still while its file changes, in whole
+// seconds (see gs_file_time_settled): FAT's two-second times are the
+// coarsest Linux writes; it covers one-second times and the coarse clock's
+// tick with a second to spare. The one definition of that fact: FanOut's
+// listing of listeners/ uses it too.
+enum { GS__FILE_TIME_STILL_SECONDS = 2 };
+
+int gs_file_time_settled(struct timespec stamp, struct timespec now) {
+  return stamp.tv_sec + GS__FILE_TIME_STILL_SECONDS < now.tv_sec;
 }
 
 void gs__folder_init(gs__folder_t *folder, int dirfd, unsigned flags) {
@@ -73,8 +77,8 @@ int gs__folder_tick(gs__folder_t *folder) {
     // they were: skip only if they had settled when that rescan read them.
     int unchanged = gs__same_time(st.st_mtim, folder->scanned_mtime) &&
                     gs__same_time(st.st_ctim, folder->scanned_ctime) &&
-                    gs__file_time_settled(st.st_mtim, folder->scanned_at) &&
-                    gs__file_time_settled(st.st_ctim, folder->scanned_at);
+                    gs_file_time_settled(st.st_mtim, folder->scanned_at) &&
+                    gs_file_time_settled(st.st_ctim, folder->scanned_at);
     if (unchanged)
       return GS_EVENT_TICK;
     folder->scanned_mtime = st.st_mtim;

@@ -15,6 +15,7 @@
 #include <sqlite3.h>  // re-exported: Swift reaches SQLite through this module
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -231,6 +232,19 @@ int gs_capture_make_net_rows(gs_capture_t *capture);
 /// GS_EINVAL if they are not made, or no such table.
 int gs_capture_net_rows(const gs_capture_t *capture, uint32_t table,
                         gs_net_rows *out);
+
+// MARK: File times
+
+/// Nonzero if the file time `stamp` (a st_mtim or st_ctim), read at `now`
+/// (CLOCK_REALTIME), has settled: any later change of the file moves it.
+/// File times are coarse and may stand still for up to two seconds while
+/// the file changes (stamped from the kernel's coarse clock, a tick behind
+/// CLOCK_REALTIME; to the second on ext2, ext3 and ext4 with 128-byte
+/// inodes; to two seconds on FAT), so a time has settled once its second
+/// and two more have passed. A folder whose times are those a listing read
+/// when they had settled has not changed since that listing; times read
+/// before they settled prove nothing.
+int gs_file_time_settled(struct timespec stamp, struct timespec now);
 
 // MARK: Watcher
 

@@ -610,6 +610,24 @@ static void test_shared_folder_and_many_folders(void) {
   ctx_free(c);
 }
 
+// The one rule for coarse file times: settled once the stamp's second and
+// two more have passed.
+static void test_file_time_settled(void) {
+  struct timespec stamp = {100, 0}, late_stamp = {100, 999999999};
+  CHECK(!gs_file_time_settled(stamp, (struct timespec){100, 1}),
+        "settled at once");
+  CHECK(!gs_file_time_settled(stamp, (struct timespec){102, 999999999}),
+        "settled within two seconds");
+  CHECK(gs_file_time_settled(stamp, (struct timespec){103, 0}),
+        "not settled after three seconds");
+  CHECK(gs_file_time_settled(late_stamp, (struct timespec){103, 0}),
+        "not settled after more than two seconds");
+  CHECK(!gs_file_time_settled(late_stamp, (struct timespec){102, 999999999}),
+        "settled within two seconds of a stamp late in its second");
+  CHECK(!gs_file_time_settled(stamp, (struct timespec){99, 0}),
+        "a stamp in the future settled");
+}
+
 static void test_rescan(void) {
   char dir[256];
   make_dir(dir, sizeof(dir), "rescan");
@@ -653,7 +671,9 @@ static void test_rescan_skips_settled_folder(void) {
   int err = 0;
   int rc = gs_watcher_add(w, dirfd, 50, 0, &id, &err);
   CHECK(rc == GS_OK, "add with rescan: %d", rc);
-  sleep_ms(3500);  // the folder's times are now over a second old
+  // The folder's times settle (gs_file_time_settled) after at most three
+  // seconds; from the next tick on, ticks instead of rescans.
+  sleep_ms(4500);
   unsigned long settled = atomic_load(&c->rescans[id]);
   unsigned long ticks = atomic_load(&c->calls[id]);
   sleep_ms(500);
@@ -1196,6 +1216,7 @@ int main(void) {
       {"arrivals", test_arrivals},
       {"arrivals_follow_folder", test_arrivals_follow_folder},
       {"shared_folder_and_many_folders", test_shared_folder_and_many_folders},
+      {"file_time_settled", test_file_time_settled},
       {"rescan", test_rescan},
       {"rescan_skips_settled_folder", test_rescan_skips_settled_folder},
       {"missing", test_missing},
