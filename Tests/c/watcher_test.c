@@ -476,15 +476,17 @@ static void test_arrivals(void) {
 
   // The folder itself removed: a rescan, without a name. Held open, it
   // gets no IN_DELETE_SELF until the descriptor closes, so a watch with a
-  // rescan timer tells it (test_arrivals_follow_folder too).
+  // rescan timer tells it: once the emptied folder has settled (ticks, no
+  // rescans), a rescan can only be the removal's.
   CHECK(gs_watcher_remove(w, id) == GS_OK, "remove");
   atomic_store(&c->removed[id], 1);
   CHECK(gs_watcher_add(w, dirfd, 50, GS_WATCH_ARRIVALS, &id, &err) == GS_OK,
         "add timed arrivals watch: uv %d", err);
-  ctx_clear(c);
   char last[256];
   make_path(last, sizeof(last), dir, "last.txt");
   MUST(unlink(last) == 0);
+  CHECK(wait_rec(c, id, NULL, GS_EVENT_TICK), "the folder never settled");
+  ctx_clear(c);
   MUST(rmdir(dir) == 0);
   CHECK(wait_rec(c, id, NULL, GS_EVENT_RESCAN), "no rescan on removal");
 
