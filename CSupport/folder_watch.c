@@ -6,8 +6,13 @@
 // the same file into another inbox) is dropped, and so is a UV_RENAME
 // whose entry is gone (a removal, a rename out), which one fstatat through
 // the folder's descriptor tells. So a listener's own removals and the other
-// inboxes' links never wake its consumer. A folder that was itself removed
-// (no links left) is reported as a rescan.
+// inboxes' links never wake its consumer.
+//
+// A folder that was itself removed is reported as a rescan. Held open by
+// the caller, it gets no inotify event of its own (IN_DELETE_SELF waits for
+// the last descriptor to close), but its removal moves its ctime, so the
+// next tick of the rescan timer reports a rescan; an event that finds the
+// folder with no link left reports one too.
 //
 // A folder whose times have not moved since the last rescan costs an fstat
 // per tick of the rescan timer, not a rescan, once its times had settled

@@ -252,10 +252,11 @@ typedef struct gs_watcher_s gs_watcher_t;
 
 /// What a watch asks for (`flags` of gs_watcher_add).
 enum {
-  /// Only entries that appear in the folder (created, linked, moved in),
-  /// and the folder itself removed (reported as GS_EVENT_RESCAN): removals
-  /// and changes of entries wake nobody (one fstatat through the folder's
-  /// descriptor, on the loop thread, tells an arrival from a removal).
+  /// Only entries that appear in the folder (created, linked, moved in):
+  /// removals and changes of entries wake nobody (one fstatat through the
+  /// folder's descriptor, on the loop thread, tells an arrival from a
+  /// removal). An event that finds the folder itself removed (no link
+  /// left) is reported as GS_EVENT_RESCAN.
   GS_WATCH_ARRIVALS = 1,
 };
 
@@ -265,10 +266,12 @@ enum {
   GS_EVENT_RENAME = 1,
   /// An entry changed (libuv's UV_CHANGE).
   GS_EVENT_CHANGE = 2,
-  /// The periodic rescan timer fired and the folder may have changed, or
-  /// (GS_WATCH_ARRIVALS) the folder itself was removed; `filename` is NULL. inotify can drop events
-  /// (IN_Q_OVERFLOW, which libuv ignores), so events are hints and folders
-  /// are rescanned.
+  /// The periodic rescan timer fired and the folder may have changed
+  /// (held open, a removed folder gets no inotify event of its own: its
+  /// removal moves its ctime, and the next tick reports it), or
+  /// (GS_WATCH_ARRIVALS) an event found the folder removed; `filename` is
+  /// NULL. inotify can drop events (IN_Q_OVERFLOW, which libuv ignores),
+  /// so events are hints and folders are rescanned.
   GS_EVENT_RESCAN = 4,
   /// The watch failed (`status` holds the uv error); it stays registered.
   GS_EVENT_ERROR = 8,
