@@ -82,7 +82,7 @@ test-c: deps ## Run the C capture's test and the watcher's stress test under Add
 	  -lsqlite3 -o .build/capture_test
 	./.build/capture_test
 	cc -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -fsanitize=address,undefined -g \
-	  -I CSupport/include CSupport/watcher.c CSupport/errors.c Tests/c/watcher_test.c \
+	  -I CSupport/include CSupport/watcher.c CSupport/folder_watch.c CSupport/errors.c Tests/c/watcher_test.c \
 	  -luv -lpthread -o .build/watcher_test
 	./.build/watcher_test
 

@@ -1,5 +1,10 @@
 // watcher: one libuv loop on its own thread, watching folders.
 //
+// This file is the mechanism: the thread, the commands that cross to it,
+// the uv handles of each watch and their life cycle. What an event means
+// for a folder (which ones are reported, the rescan, a removed folder) is
+// GroupSync's policy, in folder_watch.c.
+//
 // libuv handles are not thread-safe, so every uv_* call except
 // uv_async_send runs on the loop thread. Other threads queue a command
 // under the mutex, wake the loop with uv_async_send and wait on the
@@ -8,14 +13,6 @@
 // no callback of the watch runs after it returns. From the callback (the
 // loop thread itself) add and remove run directly instead, since waiting
 // for ourselves would deadlock.
-//
-// A watch with GS_WATCH_ARRIVALS is told only of entries that appear: the
-// loop thread drops uv_fs_event's UV_CHANGE (a write, or a link count
-// changed by a writer linking the same file into another inbox) and a
-// UV_RENAME whose entry is gone (a removal, a rename out), which it tells
-// with one lstat. So a listener's own
-// removals and the other inboxes' links never wake its consumer. A folder
-// that was itself removed (no links left) is reported as a rescan.
 //
 // A wake-up (gs_watcher_wake) does not wait: its watch id joins a list
 // under the mutex, which the loop thread takes whole, with the commands,
@@ -26,17 +23,14 @@
 
 
 #include "CGroupSync.h"
+#include "folder_watch.h"
 
 #include <assert.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <uv.h>
 
 typedef enum {
@@ -50,8 +44,7 @@ typedef struct gs__cmd_s gs__cmd_t;
 struct gs__cmd_s {
   gs__cmd_t *next;
   gs__cmd_kind kind;
-  const char *path;    // add
-  int dirfd;           // add: the folder held open, or -1
+  int dirfd;           // add: the folder, held open by the caller
   uint64_t rescan_ms;  // add
   unsigned flags;      // add
   uint64_t watch_id;   // add: out; remove: in
@@ -68,14 +61,7 @@ struct gs__watch_s {
   uv_fs_event_t event;
   uv_timer_t timer;
   int has_timer;
-  unsigned flags;  // GS_WATCH_ARRIVALS
-  // The caller's descriptor of the folder (gs_watcher_add_fd), or -1:
-  // entries and the folder are looked at through it, not through `path`.
-  int dirfd;
-  // The folder, and what it looked like at the last rescan passed on: a
-  // folder that has not changed since costs a stat, not a Swift rescan.
-  char *path;
-  struct timespec scanned_mtime, scanned_ctime, scanned_at;
+  gs__folder_t folder;  // what the events mean: folder_watch.c
   // Set as soon as removal starts, so events libuv already has in hand are
   // dropped rather than delivered after remove returned.
   int removed;
@@ -164,95 +150,36 @@ static void gs__complete(gs_watcher_t *w, gs__cmd_t *cmd, int result) {
 
 // MARK: Loop thread
 
-// lstat of an entry of the watched folder: through the caller's descriptor
-// when there is one (no path walk, through /proc or otherwise).
-static int gs__lstat_entry(const gs__watch_t *watch, const char *filename,
-                           struct stat *st) {
-  if (watch->dirfd >= 0)
-    return fstatat(watch->dirfd, filename, st, AT_SYMLINK_NOFOLLOW);
-  char entry[PATH_MAX];
-  int length = snprintf(entry, sizeof entry, "%s/%s", watch->path, filename);
-  if (length < 0 || (size_t)length >= sizeof entry)
-    return -1;
-  return lstat(entry, st);
-}
-
-// stat of the watched folder itself.
-static int gs__stat_folder(const gs__watch_t *watch, struct stat *st) {
-  return watch->dirfd >= 0 ? fstat(watch->dirfd, st) : stat(watch->path, st);
-}
-
-// Whether the watched folder was removed: gone from its path, or, held
-// open, with no link left.
-static int gs__folder_gone(const gs__watch_t *watch) {
-  struct stat st;
-  if (gs__stat_folder(watch, &st) != 0)
-    return 1;
-  return watch->dirfd >= 0 && st.st_nlink == 0;
-}
-
+// Passes on what the folder's rules make of an inotify event.
 static void gs__on_fs_event(uv_fs_event_t *handle, const char *filename,
                             int events, int status) {
   gs__watch_t *watch = handle->data;
   if (watch->removed)
     return;
-  int gs_events = 0;
+  int gs_events;
   if (status < 0) {
     gs_events = GS_EVENT_ERROR;
-  } else if (watch->flags & GS_WATCH_ARRIVALS) {
-    if (!(events & UV_RENAME) || filename == NULL)
-      return;  // a write, or a link count changed: nothing arrived
-    // By path, not through a descriptor of the folder: holding the folder
-    // open would delay its IN_DELETE_SELF until the descriptor closed.
-    struct stat st;
-    if (gs__lstat_entry(watch, filename, &st) == 0) {
-      gs_events = GS_EVENT_RENAME;
-    } else if (gs__folder_gone(watch)) {
-      filename = NULL;  // the folder itself went
-      gs_events = GS_EVENT_RESCAN;
-    } else {
-      return;  // a removal or a rename out
-    }
   } else {
+    gs_events = 0;
     if (events & UV_RENAME)
       gs_events |= GS_EVENT_RENAME;
     if (events & UV_CHANGE)
       gs_events |= GS_EVENT_CHANGE;
+    gs_events = gs__folder_filter(&watch->folder, &filename, gs_events);
+    if (gs_events == 0)
+      return;
   }
   gs_watcher_t *w = watch->watcher;
   w->callback(w->context, watch->id, filename, gs_events, status);
-}
-
-static int gs__same_time(struct timespec a, struct timespec b) {
-  return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
 }
 
 static void gs__on_timer(uv_timer_t *timer) {
   gs__watch_t *watch = timer->data;
   if (watch->removed)
     return;
-  struct stat st;
-  struct timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
-  if (gs__stat_folder(watch, &st) == 0) {
-    // File times are coarse (a kernel tick): an entry added in the tick of
-    // the last rescan may leave them unchanged. Skip only when they were
-    // already more than a second old at that rescan.
-    int unchanged = gs__same_time(st.st_mtim, watch->scanned_mtime) &&
-                    gs__same_time(st.st_ctim, watch->scanned_ctime) &&
-                    st.st_mtim.tv_sec + 1 < watch->scanned_at.tv_sec &&
-                    st.st_ctim.tv_sec + 1 < watch->scanned_at.tv_sec;
-    if (unchanged) {
-      gs_watcher_t *w = watch->watcher;
-      w->callback(w->context, watch->id, NULL, GS_EVENT_TICK, 0);
-      return;
-    }
-    watch->scanned_mtime = st.st_mtim;
-    watch->scanned_ctime = st.st_ctim;
-  }
-  watch->scanned_at = now;
+  int gs_events = gs__folder_tick(&watch->folder);
   gs_watcher_t *w = watch->watcher;
-  w->callback(w->context, watch->id, NULL, GS_EVENT_RESCAN, 0);
+  w->callback(w->context, watch->id, NULL, gs_events, 0);
 }
 
 static void gs__on_watch_close(uv_handle_t *handle) {
@@ -262,7 +189,6 @@ static void gs__on_watch_close(uv_handle_t *handle) {
   // Both handles are closed: no callback of this watch can run any more.
   if (watch->remove_cmd != NULL)
     gs__complete(watch->watcher, watch->remove_cmd, GS_OK);
-  free(watch->path);
   free(watch);
 }
 
@@ -278,30 +204,26 @@ static void gs__close_watch(gs__watch_t *watch, gs__cmd_t *cmd) {
     uv_close((uv_handle_t *)&watch->timer, gs__on_watch_close);
 }
 
-static int gs__do_add(gs_watcher_t *w, const char *path, int dirfd,
-                      uint64_t rescan_ms, unsigned flags, uint64_t *watch_id,
-                      int *uv_error) {
+static int gs__do_add(gs_watcher_t *w, int dirfd, uint64_t rescan_ms,
+                      unsigned flags, uint64_t *watch_id, int *uv_error) {
   gs__watch_t *watch = calloc(1, sizeof(*watch));
   if (watch == NULL)
     return GS_ENOMEM;
   watch->watcher = w;
-  watch->flags = flags;
-  watch->dirfd = dirfd;
-  watch->path = strdup(path);
-  if (watch->path == NULL) {
-    free(watch);
-    return GS_ENOMEM;
-  }
+  gs__folder_init(&watch->folder, dirfd, flags);
 
   int rc = uv_fs_event_init(&w->loop, &watch->event);
   if (rc != 0) {
     // A handle whose init failed is not registered with the loop.
-    free(watch->path);
     free(watch);
     *uv_error = rc;
     return GS_EUV;
   }
   watch->event.data = watch;
+  // libuv watches paths: this one names the very folder the descriptor
+  // holds, whatever its path became (libuv keeps a copy).
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", dirfd);
   rc = uv_fs_event_start(&watch->event, gs__on_fs_event, path, 0);
   if (rc == 0 && rescan_ms > 0) {
     rc = uv_timer_init(&w->loop, &watch->timer);
@@ -394,7 +316,7 @@ static void gs__on_async(uv_async_t *async) {
     int rc;
     switch (cmd->kind) {
       case GS__CMD_ADD:
-        rc = gs__do_add(w, cmd->path, cmd->dirfd, cmd->rescan_ms, cmd->flags,
+        rc = gs__do_add(w, cmd->dirfd, cmd->rescan_ms, cmd->flags,
                         &cmd->watch_id, &cmd->uv_error);
         gs__complete(w, cmd, rc);
         break;
@@ -538,11 +460,9 @@ fail_mutex:
   return result;
 }
 
-// gs_watcher_add and gs_watcher_add_fd: `dirfd` is -1 for a path.
-static int gs__add(gs_watcher_t *watcher, const char *path, int dirfd,
-                   uint64_t rescan_ms, unsigned flags, uint64_t *watch_id,
-                   int *uv_error) {
-  if (watcher == NULL || path == NULL || watch_id == NULL || uv_error == NULL)
+int gs_watcher_add(gs_watcher_t *watcher, int dirfd, uint64_t rescan_ms,
+                   unsigned flags, uint64_t *watch_id, int *uv_error) {
+  if (watcher == NULL || dirfd < 0 || watch_id == NULL || uv_error == NULL)
     return GS_EINVAL;
   *watch_id = 0;
   *uv_error = 0;
@@ -550,11 +470,9 @@ static int gs__add(gs_watcher_t *watcher, const char *path, int dirfd,
     // From the callback: waiting for the loop would deadlock, and we are it.
     if (gs__is_closing(watcher))
       return GS_ECLOSED;
-    return gs__do_add(watcher, path, dirfd, rescan_ms, flags, watch_id,
-                      uv_error);
+    return gs__do_add(watcher, dirfd, rescan_ms, flags, watch_id, uv_error);
   }
   gs__cmd_t cmd = {.kind = GS__CMD_ADD,
-                   .path = path,
                    .dirfd = dirfd,
                    .rescan_ms = rescan_ms,
                    .flags = flags};
@@ -562,23 +480,6 @@ static int gs__add(gs_watcher_t *watcher, const char *path, int dirfd,
   *watch_id = rc == GS_OK ? cmd.watch_id : 0;
   *uv_error = rc == GS_EUV ? cmd.uv_error : 0;
   return rc;
-}
-
-int gs_watcher_add(gs_watcher_t *watcher, const char *path,
-                   uint64_t rescan_ms, unsigned flags, uint64_t *watch_id,
-                   int *uv_error) {
-  return gs__add(watcher, path, -1, rescan_ms, flags, watch_id, uv_error);
-}
-
-int gs_watcher_add_fd(gs_watcher_t *watcher, int dirfd, uint64_t rescan_ms,
-                      unsigned flags, uint64_t *watch_id, int *uv_error) {
-  if (dirfd < 0)
-    return GS_EINVAL;
-  // libuv watches paths: this one names the very folder the descriptor
-  // holds, whatever its path became.
-  char path[64];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", dirfd);
-  return gs__add(watcher, path, dirfd, rescan_ms, flags, watch_id, uv_error);
 }
 
 int gs_watcher_wake(gs_watcher_t *watcher, uint64_t watch_id) {

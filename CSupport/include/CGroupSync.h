@@ -15,6 +15,7 @@
 #include <sqlite3.h>  // re-exported: Swift reaches SQLite through this module
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -232,16 +233,30 @@ int gs_capture_make_net_rows(gs_capture_t *capture);
 int gs_capture_net_rows(const gs_capture_t *capture, uint32_t table,
                         gs_net_rows *out);
 
+// MARK: File times
+
+/// Nonzero if the file time `stamp` (a st_mtim or st_ctim), read at `now`
+/// (CLOCK_REALTIME), has settled: any later change of the file moves it.
+/// File times are coarse and may stand still for up to two seconds while
+/// the file changes (stamped from the kernel's coarse clock, a tick behind
+/// CLOCK_REALTIME; to the second on ext2, ext3 and ext4 with 128-byte
+/// inodes; to two seconds on FAT), so a time has settled once its second
+/// and two more have passed. A folder whose times are those a listing read
+/// when they had settled has not changed since that listing; times read
+/// before they settled prove nothing.
+int gs_file_time_settled(struct timespec stamp, struct timespec now);
+
 // MARK: Watcher
 
 typedef struct gs_watcher_s gs_watcher_t;
 
 /// What a watch asks for (`flags` of gs_watcher_add).
 enum {
-  /// Only entries that appear in the folder (created, linked, moved in),
-  /// and the folder itself removed (reported as GS_EVENT_RESCAN): removals
-  /// and changes of entries wake nobody (one lstat on the loop thread
-  /// tells an arrival from a removal).
+  /// Only entries that appear in the folder (created, linked, moved in):
+  /// removals and changes of entries wake nobody (one fstatat through the
+  /// folder's descriptor, on the loop thread, tells an arrival from a
+  /// removal). An event that finds the folder itself removed (no link
+  /// left) is reported as GS_EVENT_RESCAN.
   GS_WATCH_ARRIVALS = 1,
 };
 
@@ -251,10 +266,12 @@ enum {
   GS_EVENT_RENAME = 1,
   /// An entry changed (libuv's UV_CHANGE).
   GS_EVENT_CHANGE = 2,
-  /// The periodic rescan timer fired, or (GS_WATCH_ARRIVALS) the folder
-  /// itself was removed; `filename` is NULL. inotify can drop events
-  /// (IN_Q_OVERFLOW, which libuv ignores), so events are hints and folders
-  /// are rescanned.
+  /// The periodic rescan timer fired and the folder may have changed
+  /// (held open, a removed folder gets no inotify event of its own: its
+  /// removal moves its ctime, and the next tick reports it), or
+  /// (GS_WATCH_ARRIVALS) an event found the folder removed; `filename` is
+  /// NULL. inotify can drop events (IN_Q_OVERFLOW, which libuv ignores),
+  /// so events are hints and folders are rescanned.
   GS_EVENT_RESCAN = 4,
   /// The watch failed (`status` holds the uv error); it stays registered.
   GS_EVENT_ERROR = 8,
@@ -276,22 +293,18 @@ typedef void (*gs_watch_cb)(void *_Nullable context, uint64_t watch_id,
 int gs_watcher_create(gs_watch_cb callback, void *_Nullable context,
                       gs_watcher_t *_Nullable *_Nonnull out);
 
-/// Watches `path` (a folder) and rescans it every `rescan_ms` milliseconds
-/// (0: never); `flags` 0 reports every change, GS_WATCH_ARRIVALS only new
-/// entries. Callable from any thread; waits until the watch is running
-/// or failed. `*watch_id` is passed to every callback of this watch.
-/// On a libuv failure returns GS_EUV and stores the uv code in `*uv_error`.
-int gs_watcher_add(gs_watcher_t *watcher, const char *path,
-                   uint64_t rescan_ms, unsigned flags, uint64_t *watch_id,
-                   int *uv_error);
-
-/// Like gs_watcher_add, for a folder the caller holds open as `dirfd`,
-/// which must stay open until the watch is removed: the watch is on that
-/// very folder (through /proc/self/fd), whatever its path becomes, and
-/// entries, the folder's removal (no link left) and its rescans are
-/// looked at through the descriptor, without a path walk.
-int gs_watcher_add_fd(gs_watcher_t *watcher, int dirfd, uint64_t rescan_ms,
-                      unsigned flags, uint64_t *watch_id, int *uv_error);
+/// Watches the folder the caller holds open as `dirfd`, which must stay
+/// open until the watch is removed, and rescans it every `rescan_ms`
+/// milliseconds (0: never); `flags` 0 reports every change,
+/// GS_WATCH_ARRIVALS only new entries. The watch is on that very folder
+/// (through /proc/self/fd), whatever its path becomes, and its entries,
+/// its removal (no link left) and its rescans are looked at through the
+/// descriptor, without a path walk. Callable from any thread; waits until
+/// the watch is running or failed. `*watch_id` is passed to every callback
+/// of this watch. On a libuv failure returns GS_EUV and stores the uv code
+/// in `*uv_error`.
+int gs_watcher_add(gs_watcher_t *watcher, int dirfd, uint64_t rescan_ms,
+                   unsigned flags, uint64_t *watch_id, int *uv_error);
 
 /// Asks the loop thread to call the watch's callback once with
 /// GS_EVENT_WAKE, and returns at once: how another thread hands work to a

@@ -1,9 +1,12 @@
 // Stress test of the watcher half of CGroupSync (not part of the Swift
-// build). From the package root, build and run it with
+// build): `make test-c` builds and runs it under ASan and UBSan. By hand,
+// from the package root:
 //
-//   gcc -std=gnu11 -Wall -Wextra -Werror -fsanitize=address,undefined
-//     -I CSupport/include CSupport/watcher.c Tests/c/watcher_test.c
-//     -luv -lpthread -o /tmp/watcher_test && /tmp/watcher_test
+//   gcc -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror
+//     -fsanitize=address,undefined -I CSupport/include CSupport/watcher.c
+//     CSupport/folder_watch.c CSupport/errors.c Tests/c/watcher_test.c
+//     -luv -lpthread
+//     -o /tmp/watcher_test && /tmp/watcher_test
 //
 // and, built without -fsanitize, under
 // `valgrind --leak-check=full --error-exitcode=1`.
@@ -25,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -80,6 +84,7 @@ static int64_t now_ms(void) {
 }
 
 static char g_base[64];  // the temporary folder everything happens in
+static int g_base_fd = -1;  // g_base held open, for watches of it
 
 // MARK: Recording callback
 
@@ -202,7 +207,7 @@ static void on_event(void *context, uint64_t id, const char *filename,
       atomic_load(&c->cb_added_rc) == 1) {
     uint64_t new_id = 0;
     int err = 0;
-    int rc = gs_watcher_add(c->w, g_base, 0, 0, &new_id, &err);
+    int rc = gs_watcher_add(c->w, g_base_fd, 0, 0, &new_id, &err);
     atomic_store(&c->cb_added_id, new_id);
     atomic_store(&c->cb_added_rc, rc);
   }
@@ -277,6 +282,14 @@ static void write_file(const char *dir, const char *name) {
   MUST(close(fd) == 0);
 }
 
+// The folder at `path`, held open: a watch needs its descriptor for as
+// long as it is registered.
+static int open_dir(const char *path) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  MUST(fd >= 0);
+  return fd;
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag,
                     struct FTW *ftw) {
   (void)st;
@@ -341,6 +354,7 @@ static void test_events(void) {
   make_path(b, sizeof(b), dir, "b.txt");
   make_path(c2, sizeof(c2), dir, "c.txt");
   make_path(sub, sizeof(sub), dir, "sub");
+  int dirfd = open_dir(dir);
 
   ctx_t *c = ctx_new();
   gs_watcher_t *w = watcher_new(c);
@@ -348,7 +362,7 @@ static void test_events(void) {
 
   uint64_t id = 0;
   int err = -1;
-  int rc = gs_watcher_add(w, dir, 0, 0, &id, &err);
+  int rc = gs_watcher_add(w, dirfd, 0, 0, &id, &err);
   CHECK(rc == GS_OK, "add: %d (uv %d)", rc, err);
   CHECK(id == 1, "first watch id is %llu, not 1", (unsigned long long)id);
   CHECK(err == 0, "uv_error %d after a successful add", err);
@@ -386,12 +400,11 @@ static void test_events(void) {
   write_file(dir, "after.txt");  // must not reach the removed watch
 
   uint64_t id2 = 0;
-  rc = gs_watcher_add(w, dir, 0, 0, &id2, &err);
+  rc = gs_watcher_add(w, dirfd, 0, 0, &id2, &err);
   CHECK(rc == GS_OK && id2 == 2, "second add: %d, id %llu", rc,
         (unsigned long long)id2);
-  const char *no_path = NULL;
-  CHECK(gs_watcher_add(w, no_path, 0, 0, &id2, &err) == GS_EINVAL,
-        "add NULL path");
+  CHECK(gs_watcher_add(w, -1, 0, 0, &id2, &err) == GS_EINVAL,
+        "add a negative descriptor");
 
   // Adding from the callback runs on the loop thread without waiting.
   atomic_store(&c->add_from_cb, 1);
@@ -409,6 +422,7 @@ static void test_events(void) {
   atomic_store(&c->removed[3], 1);
 
   gs_watcher_close(w);
+  MUST(close(dirfd) == 0);
   ctx_free(c);
 }
 
@@ -422,12 +436,13 @@ static void test_arrivals(void) {
   make_path(b, sizeof(b), dir, "b.txt");
   make_path(c2, sizeof(c2), dir, "c.txt");
   make_path(outside, sizeof(outside), g_base, "arrivals-outside.txt");
+  int dirfd = open_dir(dir);
 
   ctx_t *c = ctx_new();
   gs_watcher_t *w = watcher_new(c);
   uint64_t id = 0;
   int err = 0;
-  CHECK(gs_watcher_add(w, dir, 0, GS_WATCH_ARRIVALS, &id, &err) == GS_OK,
+  CHECK(gs_watcher_add(w, dirfd, 0, GS_WATCH_ARRIVALS, &id, &err) == GS_OK,
         "add arrivals watch: uv %d", err);
 
   write_file(dir, "a.txt");
@@ -459,29 +474,34 @@ static void test_arrivals(void) {
         "%lu events for one arrival after removals and changes",
         atomic_load(&c->calls[id]) - before);
 
-  // The folder itself removed: a rescan, without a name.
-  ctx_clear(c);
+  // The folder itself removed: a rescan, without a name. Held open, it
+  // gets no IN_DELETE_SELF until the descriptor closes, so a watch with a
+  // rescan timer tells it: once the emptied folder has settled (ticks, no
+  // rescans), a rescan can only be the removal's.
+  CHECK(gs_watcher_remove(w, id) == GS_OK, "remove");
+  atomic_store(&c->removed[id], 1);
+  CHECK(gs_watcher_add(w, dirfd, 50, GS_WATCH_ARRIVALS, &id, &err) == GS_OK,
+        "add timed arrivals watch: uv %d", err);
   char last[256];
   make_path(last, sizeof(last), dir, "last.txt");
   MUST(unlink(last) == 0);
+  CHECK(wait_rec(c, id, NULL, GS_EVENT_TICK), "the folder never settled");
+  ctx_clear(c);
   MUST(rmdir(dir) == 0);
   CHECK(wait_rec(c, id, NULL, GS_EVENT_RESCAN), "no rescan on removal");
 
   CHECK(gs_watcher_remove(w, id) == GS_OK, "remove");
   atomic_store(&c->removed[id], 1);
   gs_watcher_close(w);
+  MUST(close(dirfd) == 0);
   ctx_free(c);
 }
 
-// Two watches of one folder share its inotify watch, each with its own
-// mask; removing one leaves the other working. And a watcher takes one
-// inotify instance however many folders it watches (instances are limited
-// per user, 128 by default).
-// A folder watched through a descriptor the caller holds: the same
-// arrivals-only reports, the watch follows the folder when it is renamed,
-// and the folder's removal (held open: no IN_DELETE_SELF until the
-// descriptor closes) is a rescan at the next timer tick.
-static void test_arrivals_fd(void) {
+// The watch is on the folder its descriptor holds: the same arrivals-only
+// reports, the watch follows the folder when it is renamed, and the
+// folder's removal (held open: no IN_DELETE_SELF until the descriptor
+// closes) is a rescan at the next timer tick.
+static void test_arrivals_follow_folder(void) {
   char dir[256], moved[256], a[256];
   make_dir(dir, sizeof(dir), "arrivals-fd");
   make_path(moved, sizeof(moved), g_base, "arrivals-fd-moved");
@@ -493,10 +513,10 @@ static void test_arrivals_fd(void) {
   gs_watcher_t *w = watcher_new(c);
   uint64_t id = 0;
   int err = 0;
-  CHECK(gs_watcher_add_fd(w, -1, 0, GS_WATCH_ARRIVALS, &id, &err) == GS_EINVAL,
+  CHECK(gs_watcher_add(w, -1, 0, GS_WATCH_ARRIVALS, &id, &err) == GS_EINVAL,
         "a negative descriptor is refused");
-  CHECK(gs_watcher_add_fd(w, dirfd, 50, GS_WATCH_ARRIVALS, &id, &err) == GS_OK,
-        "add_fd: uv %d", err);
+  CHECK(gs_watcher_add(w, dirfd, 50, GS_WATCH_ARRIVALS, &id, &err) == GS_OK,
+        "add: uv %d", err);
   MUST(rename(dir, moved) == 0);  // the watch follows the folder
   write_file(moved, "a.txt");
   CHECK(wait_rec(c, id, "a.txt", GS_EVENT_RENAME), "no event a.txt (create)");
@@ -525,16 +545,22 @@ static void test_arrivals_fd(void) {
   ctx_free(c);
 }
 
+// Two watches of one folder share its inotify watch, each with its own
+// mask; removing one leaves the other working. And a watcher takes one
+// inotify instance however many folders it watches (instances are limited
+// per user, 128 by default).
 static void test_shared_folder_and_many_folders(void) {
   char dir[256], a[256];
   make_dir(dir, sizeof(dir), "shared");
   make_path(a, sizeof(a), dir, "a.txt");
+  int dirfd = open_dir(dir);
   ctx_t *c = ctx_new();
   gs_watcher_t *w = watcher_new(c);
   uint64_t all = 0, arrivals = 0;
   int err = 0;
-  CHECK(gs_watcher_add(w, dir, 0, 0, &all, &err) == GS_OK, "add all");
-  CHECK(gs_watcher_add(w, dir, 0, GS_WATCH_ARRIVALS, &arrivals, &err) == GS_OK,
+  CHECK(gs_watcher_add(w, dirfd, 0, 0, &all, &err) == GS_OK, "add all");
+  CHECK(gs_watcher_add(w, dirfd, 0, GS_WATCH_ARRIVALS, &arrivals, &err) ==
+            GS_OK,
         "add arrivals");
   write_file(dir, "a.txt");
   CHECK(wait_rec(c, all, "a.txt", GS_EVENT_RENAME), "all: no create");
@@ -561,30 +587,59 @@ static void test_shared_folder_and_many_folders(void) {
     fclose(limit);
   }
   int count = instances + 8 < MAX_IDS - 16 ? instances + 8 : MAX_IDS - 16;
+  // Each folder is held open while watched (main raised the limit).
+  struct rlimit files;
+  MUST(getrlimit(RLIMIT_NOFILE, &files) == 0);
+  MUST(files.rlim_cur == RLIM_INFINITY || (rlim_t)count + 64 < files.rlim_cur);
+  static int fds[MAX_IDS];
   char last[256] = "";
   uint64_t last_id = 0;
   for (int i = 0; i < count; i++) {
     char name[64];
     snprintf(name, sizeof name, "folder-%d", i);
     make_dir(last, sizeof(last), name);
-    CHECK(gs_watcher_add(w, last, 0, GS_WATCH_ARRIVALS, &last_id, &err) == GS_OK,
+    fds[i] = open_dir(last);
+    CHECK(gs_watcher_add(w, fds[i], 0, GS_WATCH_ARRIVALS, &last_id, &err) ==
+              GS_OK,
           "watch %d of %d: uv %d", i + 1, count, err);
   }
   write_file(last, "z.txt");
   CHECK(wait_rec(c, last_id, "z.txt", GS_EVENT_RENAME), "no event in the last folder");
   gs_watcher_close(w);  // with every watch still registered
+  for (int i = 0; i < count; i++)
+    MUST(close(fds[i]) == 0);
+  MUST(close(dirfd) == 0);
   ctx_free(c);
+}
+
+// The one rule for coarse file times: settled once the stamp's second and
+// two more have passed.
+static void test_file_time_settled(void) {
+  struct timespec stamp = {100, 0}, late_stamp = {100, 999999999};
+  CHECK(!gs_file_time_settled(stamp, (struct timespec){100, 1}),
+        "settled at once");
+  CHECK(!gs_file_time_settled(stamp, (struct timespec){102, 999999999}),
+        "settled within two seconds");
+  CHECK(gs_file_time_settled(stamp, (struct timespec){103, 0}),
+        "not settled after three seconds");
+  CHECK(gs_file_time_settled(late_stamp, (struct timespec){103, 0}),
+        "not settled after more than two seconds");
+  CHECK(!gs_file_time_settled(late_stamp, (struct timespec){102, 999999999}),
+        "settled within two seconds of a stamp late in its second");
+  CHECK(!gs_file_time_settled(stamp, (struct timespec){99, 0}),
+        "a stamp in the future settled");
 }
 
 static void test_rescan(void) {
   char dir[256];
   make_dir(dir, sizeof(dir), "rescan");
+  int dirfd = open_dir(dir);
   ctx_t *c = ctx_new();
   gs_watcher_t *w = watcher_new(c);
 
   uint64_t id = 0;
   int err = 0;
-  int rc = gs_watcher_add(w, dir, 20, 0, &id, &err);
+  int rc = gs_watcher_add(w, dirfd, 20, 0, &id, &err);
   CHECK(rc == GS_OK, "add with rescan: %d", rc);
   CHECK(wait_rec(c, id, NULL, GS_EVENT_RESCAN), "rescan timer never fired");
   CHECK(wait_calls(c, id, 3), "rescan timer fired fewer than 3 times");
@@ -601,6 +656,7 @@ static void test_rescan(void) {
   CHECK(atomic_load(&c->calls[id]) == calls, "rescan after remove");
 
   gs_watcher_close(w);
+  MUST(close(dirfd) == 0);
   ctx_free(c);
 }
 
@@ -609,14 +665,17 @@ static void test_rescan(void) {
 static void test_rescan_skips_settled_folder(void) {
   char dir[256];
   make_dir(dir, sizeof(dir), "settled");
+  int dirfd = open_dir(dir);
   ctx_t *c = ctx_new();
   gs_watcher_t *w = watcher_new(c);
 
   uint64_t id = 0;
   int err = 0;
-  int rc = gs_watcher_add(w, dir, 50, 0, &id, &err);
+  int rc = gs_watcher_add(w, dirfd, 50, 0, &id, &err);
   CHECK(rc == GS_OK, "add with rescan: %d", rc);
-  sleep_ms(3500);  // the folder's times are now over a second old
+  // The folder's times settle (gs_file_time_settled) after at most three
+  // seconds; from the next tick on, ticks instead of rescans.
+  sleep_ms(4500);
   unsigned long settled = atomic_load(&c->rescans[id]);
   unsigned long ticks = atomic_load(&c->calls[id]);
   sleep_ms(500);
@@ -630,12 +689,18 @@ static void test_rescan_skips_settled_folder(void) {
   CHECK(wait_rec(c, id, NULL, GS_EVENT_RESCAN), "no rescan after a change");
 
   gs_watcher_close(w);
+  MUST(close(dirfd) == 0);
   ctx_free(c);
 }
 
+// A descriptor that names no folder (not open: /proc/self/fd has no such
+// entry) is libuv's failure to report, and takes no watch id.
 static void test_missing(void) {
-  char missing[256];
-  make_path(missing, sizeof(missing), g_base, "no-such-folder");
+  // Well above any descriptor in use, and closed again: the kernel hands
+  // out the lowest free number, so nothing reopens it meanwhile.
+  int missing = fcntl(g_base_fd, F_DUPFD_CLOEXEC, 900);
+  MUST(missing >= 900);
+  MUST(close(missing) == 0);
   ctx_t *c = ctx_new();
   gs_watcher_t *w = watcher_new(c);
 
@@ -652,7 +717,7 @@ static void test_missing(void) {
   // Failed adds do not break the ids that follow.
   uint64_t id = 0;
   int err = 0;
-  int rc = gs_watcher_add(w, g_base, 0, 0, &id, &err);
+  int rc = gs_watcher_add(w, g_base_fd, 0, 0, &id, &err);
   CHECK(rc == GS_OK && id >= 1, "add after failures: %d", rc);
 
   gs_watcher_close(w);  // with the watch still registered
@@ -676,14 +741,15 @@ static void *remover_main(void *arg) {
 static void test_remove_other_thread(void) {
   char dir[256];
   make_dir(dir, sizeof(dir), "remove-thread");
+  int dirfd = open_dir(dir);
   ctx_t *c = ctx_new();
   c->slow = 1;  // callbacks are likely running when remove is called
   gs_watcher_t *w = watcher_new(c);
 
   uint64_t fs_id = 0, timer_id = 0;
   int err = 0;
-  CHECK(gs_watcher_add(w, dir, 0, 0, &fs_id, &err) == GS_OK, "add fs watch");
-  CHECK(gs_watcher_add(w, dir, 1, 0, &timer_id, &err) == GS_OK, "add timed");
+  CHECK(gs_watcher_add(w, dirfd, 0, 0, &fs_id, &err) == GS_OK, "add fs watch");
+  CHECK(gs_watcher_add(w, dirfd, 1, 0, &timer_id, &err) == GS_OK, "add timed");
 
   churn_t ch;
   churn_start(&ch, dir);
@@ -710,6 +776,7 @@ static void test_remove_other_thread(void) {
         "rescans after remove");
 
   gs_watcher_close(w);
+  MUST(close(dirfd) == 0);
   ctx_free(c);
 }
 
@@ -736,14 +803,15 @@ static void *waker_main(void *arg) {
 static void test_wake(void) {
   char dir[256];
   make_dir(dir, sizeof(dir), "wake");
+  int dirfd = open_dir(dir);
   ctx_t *c = ctx_new();
   gs_watcher_t *w = watcher_new(c);
   CHECK(gs_watcher_wake(NULL, 1) == GS_EINVAL, "wake without watcher");
 
   uint64_t id = 0, other = 0;
   int err = 0;
-  CHECK(gs_watcher_add(w, dir, 0, 0, &id, &err) == GS_OK, "add watch");
-  CHECK(gs_watcher_add(w, dir, 0, 0, &other, &err) == GS_OK, "add other");
+  CHECK(gs_watcher_add(w, dirfd, 0, 0, &id, &err) == GS_OK, "add watch");
+  CHECK(gs_watcher_add(w, dirfd, 0, 0, &other, &err) == GS_OK, "add other");
   CHECK(gs_watcher_wake(w, id) == GS_OK, "wake");
   CHECK(wait_rec(c, id, NULL, GS_EVENT_WAKE), "no wake delivered");
   CHECK(atomic_load(&c->wakes[other]) == 0, "the other watch was woken");
@@ -792,6 +860,7 @@ static void test_wake(void) {
   for (int i = 0; i < 8; i++)
     CHECK(gs_watcher_wake(w, other) == GS_OK, "wake before close");
   gs_watcher_close(w);
+  MUST(close(dirfd) == 0);
   ctx_free(c);
 }
 
@@ -799,6 +868,7 @@ static void test_remove_in_callback(void) {
   char dir[256], dir2[256];
   make_dir(dir, sizeof(dir), "remove-callback");
   make_dir(dir2, sizeof(dir2), "remove-callback-timer");
+  int dirfd = open_dir(dir), dirfd2 = open_dir(dir2);
   ctx_t *c = ctx_new();
   c->self_remove = 1;
   gs_watcher_t *w = watcher_new(c);
@@ -807,9 +877,9 @@ static void test_remove_in_callback(void) {
   // removing itself must not disturb the second.
   uint64_t a = 0, b = 0, t = 0;
   int err = 0;
-  CHECK(gs_watcher_add(w, dir, 0, 0, &a, &err) == GS_OK, "add a");
-  CHECK(gs_watcher_add(w, dir, 0, 0, &b, &err) == GS_OK, "add b");
-  CHECK(gs_watcher_add(w, dir2, 1, 0, &t, &err) == GS_OK, "add timed");
+  CHECK(gs_watcher_add(w, dirfd, 0, 0, &a, &err) == GS_OK, "add a");
+  CHECK(gs_watcher_add(w, dirfd, 0, 0, &b, &err) == GS_OK, "add b");
+  CHECK(gs_watcher_add(w, dirfd2, 1, 0, &t, &err) == GS_OK, "add timed");
 
   // One write makes several inotify events (create, modify), typically
   // read in one batch: only the first may be delivered.
@@ -836,6 +906,8 @@ static void test_remove_in_callback(void) {
   CHECK(gs_watcher_remove(w, a) == GS_ENOTFOUND, "remove of removed a");
 
   gs_watcher_close(w);
+  MUST(close(dirfd) == 0);
+  MUST(close(dirfd2) == 0);
   ctx_free(c);
 }
 
@@ -844,7 +916,7 @@ static void test_remove_in_callback(void) {
 
 typedef struct {
   ctx_t *c;
-  const char *dir;
+  int dirfd;
   int index;
   uint64_t ids[ROUNDS];
 } worker_t;
@@ -856,7 +928,7 @@ static void *worker_main(void *arg) {
     uint64_t id = 0;
     int err = 0;
     uint64_t rescan = (uint64_t)((i + wk->index) % 3);  // 0: no timer
-    int rc = gs_watcher_add(w, wk->dir, rescan, 0, &id, &err);
+    int rc = gs_watcher_add(w, wk->dirfd, rescan, 0, &id, &err);
     if (rc != GS_OK || id == 0 || id >= MAX_IDS) {
       FAIL("thread %d round %d: add %d, id %llu", wk->index, i, rc,
            (unsigned long long)id);
@@ -878,20 +950,21 @@ static void *worker_main(void *arg) {
 static void test_concurrent(void) {
   char dir[256];
   make_dir(dir, sizeof(dir), "concurrent");
+  int dirfd = open_dir(dir);
   ctx_t *c = ctx_new();
   gs_watcher_t *w = watcher_new(c);
 
   // A busy watch keeps the loop thread working throughout.
   uint64_t busy = 0;
   int err = 0;
-  CHECK(gs_watcher_add(w, dir, 1, 0, &busy, &err) == GS_OK, "add busy watch");
+  CHECK(gs_watcher_add(w, dirfd, 1, 0, &busy, &err) == GS_OK, "add busy watch");
   churn_t ch;
   churn_start(&ch, dir);
 
   worker_t workers[THREADS];
   pthread_t threads[THREADS];
   for (int i = 0; i < THREADS; i++) {
-    workers[i] = (worker_t){.c = c, .dir = dir, .index = i};
+    workers[i] = (worker_t){.c = c, .dirfd = dirfd, .index = i};
     MUST(pthread_create(&threads[i], NULL, worker_main, &workers[i]) == 0);
   }
   // Reading the count concurrently must be safe (and bounded).
@@ -922,11 +995,13 @@ static void test_concurrent(void) {
   CHECK(atomic_load(&c->calls[busy]) > 0, "busy watch saw nothing");
 
   uint64_t last = 0;
-  CHECK(gs_watcher_add(w, dir, 0, 0, &last, &err) == GS_OK, "add after stress");
+  CHECK(gs_watcher_add(w, dirfd, 0, 0, &last, &err) == GS_OK,
+        "add after stress");
   CHECK(last == 2 + THREADS * ROUNDS, "id after the stress is %llu",
         (unsigned long long)last);
 
   gs_watcher_close(w);
+  MUST(close(dirfd) == 0);
   ctx_free(c);
 }
 
@@ -934,6 +1009,7 @@ static void test_concurrent(void) {
 static void test_close_busy(void) {
   char dir[256];
   make_dir(dir, sizeof(dir), "close-busy");
+  int dirfd = open_dir(dir);
   ctx_t *c = ctx_new();
   gs_watcher_t *w = watcher_new(c);
   churn_t ch;
@@ -941,12 +1017,13 @@ static void test_close_busy(void) {
   for (int i = 0; i < 10; i++) {
     uint64_t id = 0;
     int err = 0;
-    CHECK(gs_watcher_add(w, dir, (uint64_t)(i % 2), 0, &id, &err) == GS_OK,
+    CHECK(gs_watcher_add(w, dirfd, (uint64_t)(i % 2), 0, &id, &err) == GS_OK,
           "add %d", i);
   }
   CHECK(wait_calls(c, 1, 1), "no event before close");
   gs_watcher_close(w);
   churn_stop(&ch);
+  MUST(close(dirfd) == 0);
   ctx_free(c);
 }
 
@@ -974,7 +1051,7 @@ static void close_dance(ctx_t *c, uint64_t id) {
   for (int i = 0; i < 2000 && rc == GS_OK; i++) {
     uint64_t new_id = 0;
     int err = 0;
-    rc = gs_watcher_add(c->w, g_base, 0, 0, &new_id, &err);
+    rc = gs_watcher_add(c->w, g_base_fd, 0, 0, &new_id, &err);
     if (rc == GS_OK)
       sleep_ms(2);
   }
@@ -994,14 +1071,15 @@ static void close_dance(ctx_t *c, uint64_t id) {
 static void test_close_from_other_thread(void) {
   char dir[256];
   make_dir(dir, sizeof(dir), "close-dance");
+  int dirfd = open_dir(dir);
   ctx_t *c = ctx_new();
   c->block_on_close = 1;
   gs_watcher_t *w = watcher_new(c);
 
   uint64_t id = 0, id2 = 0;
   int err = 0;
-  CHECK(gs_watcher_add(w, dir, 0, 0, &id2, &err) == GS_OK, "add plain watch");
-  CHECK(gs_watcher_add(w, dir, 5, 0, &id, &err) == GS_OK, "add timed watch");
+  CHECK(gs_watcher_add(w, dirfd, 0, 0, &id2, &err) == GS_OK, "add plain watch");
+  CHECK(gs_watcher_add(w, dirfd, 5, 0, &id, &err) == GS_OK, "add timed watch");
 
   lock(&c->mu);
   while (!c->entered)
@@ -1023,7 +1101,7 @@ static void test_close_from_other_thread(void) {
 
   // The loop thread is held in the callback, so `w` is still alive.
   uint64_t late = 7;
-  int rc = gs_watcher_add(w, dir, 0, 0, &late, &err);
+  int rc = gs_watcher_add(w, dirfd, 0, 0, &late, &err);
   CHECK(rc == GS_ECLOSED, "add from another thread while closing: %d", rc);
   CHECK(late == 0, "add while closing set an id");
   rc = gs_watcher_remove(w, id2);
@@ -1034,6 +1112,7 @@ static void test_close_from_other_thread(void) {
   MUST(pthread_cond_broadcast(&c->cv) == 0);
   unlock(&c->mu);
   MUST(pthread_join(closer, NULL) == 0);
+  MUST(close(dirfd) == 0);
   ctx_free(c);
 }
 
@@ -1041,6 +1120,7 @@ static void test_close_from_other_thread(void) {
 
 static void test_many(void) {
   static char dirs[MANY][256];
+  static int fds[MANY];
   static uint64_t ids[MANY];
   ctx_t *c = ctx_new();
   gs_watcher_t *w = watcher_new(c);
@@ -1048,8 +1128,9 @@ static void test_many(void) {
     char name[32];
     snprintf(name, sizeof(name), "many%03d", i);
     make_dir(dirs[i], sizeof(dirs[i]), name);
+    fds[i] = open_dir(dirs[i]);
     int err = 0;
-    int rc = gs_watcher_add(w, dirs[i], i % 10 == 0 ? 50 : 0, 0, &ids[i], &err);
+    int rc = gs_watcher_add(w, fds[i], i % 10 == 0 ? 50 : 0, 0, &ids[i], &err);
     CHECK(rc == GS_OK, "add %d: %d (uv %d)", i, rc, err);
   }
   CHECK(gs_watcher_count(w) == MANY, "count %zu, not %d", gs_watcher_count(w),
@@ -1088,6 +1169,8 @@ static void test_many(void) {
   }
   CHECK(gs_watcher_count(w) == MANY / 2, "count after removing half");
   gs_watcher_close(w);
+  for (int i = 0; i < MANY; i++)
+    MUST(close(fds[i]) == 0);
   ctx_free(c);
 }
 
@@ -1119,6 +1202,12 @@ int main(void) {
   MUST(pthread_create(&watchdog, NULL, watchdog_main, NULL) == 0);
   snprintf(g_base, sizeof(g_base), "/tmp/gs_watcher_test.XXXXXX");
   MUST(mkdtemp(g_base) != NULL);
+  g_base_fd = open_dir(g_base);
+  // Every watched folder is held open: allow as many as the system lets.
+  struct rlimit files;
+  MUST(getrlimit(RLIMIT_NOFILE, &files) == 0);
+  files.rlim_cur = files.rlim_max;
+  MUST(setrlimit(RLIMIT_NOFILE, &files) == 0);
 
   struct {
     const char *name;
@@ -1127,8 +1216,9 @@ int main(void) {
       {"errors", test_errors},
       {"events", test_events},
       {"arrivals", test_arrivals},
-      {"arrivals_fd", test_arrivals_fd},
+      {"arrivals_follow_folder", test_arrivals_follow_folder},
       {"shared_folder_and_many_folders", test_shared_folder_and_many_folders},
+      {"file_time_settled", test_file_time_settled},
       {"rescan", test_rescan},
       {"rescan_skips_settled_folder", test_rescan_skips_settled_folder},
       {"missing", test_missing},
@@ -1156,6 +1246,7 @@ int main(void) {
 
   atomic_store(&g_all_done, 1);
   MUST(pthread_join(watchdog, NULL) == 0);  // joined: valgrind sees no leak
+  MUST(close(g_base_fd) == 0);
   MUST(nftw(g_base, rm_entry, 16, FTW_DEPTH | FTW_PHYS) == 0);
   if (failed_tests != 0) {
     printf("%d test(s) failed, %d check(s)\n", failed_tests,

@@ -1,3 +1,4 @@
+import CGroupSync
 import Foundation
 import Logging
 import Synchronization
@@ -142,14 +143,15 @@ final class FanOut: Sendable {
   ) throws -> [(name: String, inbox: SafeDirectory)] {
     let listeners = try listenersFolder(&folders)
     let info = try listeners.descriptor.status(path: listeners.path)
-    let change = (mtime: info.st_mtim, ctime: info.st_ctim)
-    // Times are coarse: a folder changed within the last two seconds may
-    // change again without its times moving.
+    // Times are coarse (gs_file_time_settled): they are kept only if this
+    // listing reads them settled, so that unchanged times then mean an
+    // unchanged folder; until they settle every call lists again.
     var now = timespec()
     clock_gettime(CLOCK_REALTIME, &now)
-    let recent = info.st_mtim.tv_sec + 2 >= now.tv_sec || info.st_ctim.tv_sec + 2 >= now.tv_sec
-    let relist = recent
-      || folders.listedChange.map({ !Self.same($0.mtime, change.mtime) || !Self.same($0.ctime, change.ctime) }) ?? true
+    let settled = gs_file_time_settled(info.st_mtim, now) != 0 && gs_file_time_settled(info.st_ctim, now) != 0
+    let change: (mtime: timespec, ctime: timespec)? = settled ? (info.st_mtim, info.st_ctim) : nil
+    let relist =
+      folders.listedChange.map({ !Self.same($0.mtime, info.st_mtim) || !Self.same($0.ctime, info.st_ctim) }) ?? true
     if relist {
       var names = Set<String>()
       try listeners.forEachEntry { bytes in

@@ -7,8 +7,8 @@ import Glibc
 /// The lock a live listener holds on `listeners/NAME/lock` for its whole
 /// life: an open-file-description (OFD) write lock on a descriptor opened
 /// `O_CLOEXEC`, so that it dies with the process and is not inherited by
-/// programs it starts. Writers test it with one `F_OFD_GETLK`, which takes
-/// nothing.
+/// programs it starts. Writers test it with ``FileLock/isLocked(_:)`` (one
+/// `F_OFD_GETLK`), which takes nothing.
 ///
 /// The lock file is opened with `O_NOFOLLOW | O_NONBLOCK` relative to the
 /// listener's folder and must be a regular file: a symlink or a FIFO
@@ -32,13 +32,7 @@ final class ListenerLock: Sendable {
     // another thread of this process is starting shares the descriptor
     // until its exec closes it. Ask again briefly before saying "in use".
     var attempts = 0
-    while true {
-      var lock = Self.wholeFile(F_WRLCK)
-      if fcntl(lockFile.rawValue, Self.setLock, &lock) == 0 { break }
-      let code = errno
-      guard code == EAGAIN || code == EACCES else {
-        throw GroupSyncError.system(call: "fcntl(F_OFD_SETLK)", path: folder.path + "/lock", errno: code)
-      }
+    while try !FileLock.tryLock(lockFile, path: folder.path + "/" + Self.fileName) {
       attempts += 1
       if attempts > 60 { throw GroupSyncError.listenerNameInUse(name) }
       usleep(5_000)
@@ -58,9 +52,7 @@ final class ListenerLock: Sendable {
   /// Whether a live listener holds the lock of the open lock file `fd`,
   /// asked without taking anything.
   static func isHeld(_ fd: FileDescriptor) -> Bool {
-    var lock = wholeFile(F_RDLCK)
-    guard fcntl(fd.rawValue, getLock, &lock) == 0 else { return false }
-    return Int32(lock.l_type) != F_UNLCK
+    FileLock.isLocked(fd)
   }
 
   /// Whether a live listener holds the lock in `folder` (a listener's
@@ -76,19 +68,5 @@ final class ListenerLock: Sendable {
       let bytes = try? System.readAll(fd.rawValue, size: 32, path: folder.path + "/lock")
     else { return nil }
     return Int32(String(decoding: bytes, as: UTF8.self).filter(\.isNumber))
-  }
-
-  // Linux's OFD lock commands (fcntl.h defines them under _GNU_SOURCE).
-  private static let getLock: Int32 = 36  // F_OFD_GETLK
-  private static let setLock: Int32 = 37  // F_OFD_SETLK
-
-  private static func wholeFile(_ type: Int32) -> flock {
-    var lock = flock()
-    lock.l_type = Int16(type)
-    lock.l_whence = Int16(SEEK_SET)
-    lock.l_start = 0
-    lock.l_len = 0  // to the end, however long
-    lock.l_pid = 0  // required by OFD locks
-    return lock
   }
 }

@@ -126,23 +126,16 @@ public enum RelayStatusFile {
   public static func lock(group: String, host: String) throws -> RelayLock {
     guard isValidHostName(host) else { throw GroupSyncError.invalidListenerName(host) }
     let path = try makeFolder(group) + "/\(host).lock"
-    let fd = try System.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK, 0o644)
-    var lock = wholeFile(F_WRLCK)
-    guard fcntl(fd, setLock, &lock) == 0 else {
-      let code = errno
-      System.close(fd)
-      if code == EAGAIN || code == EACCES { throw GroupSyncError.listenerNameInUse("relays/\(host).lock") }
-      throw GroupSyncError.system(call: "fcntl(F_OFD_SETLK)", path: path, errno: code)
+    let file = FileDescriptor(adopting: try System.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK, 0o644))
+    guard try FileLock.tryLock(file, path: path) else {
+      throw GroupSyncError.listenerNameInUse("relays/\(host).lock")
     }
-    return RelayLock(descriptor: FileDescriptor(adopting: fd))
+    return RelayLock(descriptor: file)
   }
 
   static func isHeld(_ path: String) -> Bool {
     guard let fd = try? System.open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK) else { return false }
-    defer { System.close(fd) }
-    var lock = wholeFile(F_RDLCK)
-    guard fcntl(fd, getLock, &lock) == 0 else { return false }
-    return Int32(lock.l_type) != F_UNLCK
+    return FileLock.isLocked(FileDescriptor(adopting: fd))
   }
 
   private static func makeFolder(_ group: String) throws -> String {
@@ -151,17 +144,6 @@ public enum RelayStatusFile {
       throw GroupSyncError.system(call: "mkdir", path: folder, errno: errno)
     }
     return folder
-  }
-
-  // Linux's OFD lock commands, as in ListenerLock.
-  private static let getLock: Int32 = 36  // F_OFD_GETLK
-  private static let setLock: Int32 = 37  // F_OFD_SETLK
-
-  private static func wholeFile(_ type: Int32) -> flock {
-    var lock = flock()
-    lock.l_type = Int16(type)
-    lock.l_whence = Int16(SEEK_SET)
-    return lock
   }
 }
 

@@ -55,7 +55,7 @@ final class FolderWatcher: @unchecked Sendable {
     var watchID: UInt64 = 0
     var uvError: Int32 = 0
     let flags = arrivalsOnly ? UInt32(GS_WATCH_ARRIVALS) : 0
-    let code = gs_watcher_add_fd(handle!, directory.descriptor.rawValue, rescanMilliseconds, flags, &watchID, &uvError)
+    let code = gs_watcher_add(handle!, directory.descriptor.rawValue, rescanMilliseconds, flags, &watchID, &uvError)
     guard code == GS_OK else {
       throw GroupSyncError.system(
         call: "inotify_add_watch", path: directory.path, errno: code == GS_EUV ? -uvError : EINVAL)
