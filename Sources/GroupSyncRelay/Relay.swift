@@ -116,7 +116,7 @@ public final class Relay: @unchecked Sendable {
     let group = try GroupFolder(path: configuration.folder, create: false, options: options)
     do {
       fileLock = try RelayStatusFile.lock(group: configuration.folder, host: configuration.host)
-    } catch GroupSyncError.listenerNameInUse {
+    } catch GroupSyncError.relayLockHeld {
       throw RelayError.relayAlreadyRunning(
         host: configuration.host, group: configuration.group, where: "relays/\(configuration.host).lock is held")
     }

@@ -20,14 +20,7 @@ final class ListenerLock: Sendable {
 
   /// Takes the lock, or throws ``GroupSyncError/listenerNameInUse(_:)``.
   init(in folder: SafeDirectory, name: String) throws {
-    let lockFile: FileDescriptor
-    do {
-      lockFile = try folder.openFile(Self.fileName, O_RDWR | O_CREAT)
-    } catch GroupSyncError.unsafeEntry(let path, let reason) {
-      Logger.groupSync.error("listener '\(name)': refused '\(path)' (\(reason)); replacing it")
-      folder.remove(Self.fileName)
-      lockFile = try folder.openFile(Self.fileName, O_RDWR | O_CREAT | O_EXCL)
-    }
+    let lockFile = try folder.openOwnedFile(Self.fileName, O_RDWR, for: name)
     // A lock just released can stay held for a moment: a child process
     // another thread of this process is starting shares the descriptor
     // until its exec closes it. Ask again briefly before saying "in use".

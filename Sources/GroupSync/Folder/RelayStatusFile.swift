@@ -121,14 +121,14 @@ public enum RelayStatusFile {
   /// Takes `relays/HOST.lock` for this process's life (until the returned
   /// lock is released or the process ends).
   ///
-  /// - Throws: ``GroupSyncError/listenerNameInUse(_:)`` naming the lock
-  ///   when another live relay holds it.
+  /// - Throws: ``GroupSyncError/relayLockHeld(host:)`` when another live
+  ///   relay holds it, ``GroupSyncError/invalidHostName(_:)``.
   public static func lock(group: String, host: String) throws -> RelayLock {
-    guard isValidHostName(host) else { throw GroupSyncError.invalidListenerName(host) }
+    guard isValidHostName(host) else { throw GroupSyncError.invalidHostName(host) }
     let path = try makeFolder(group) + "/\(host).lock"
     let file = FileDescriptor(adopting: try System.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK, 0o644))
     guard try FileLock.tryLock(file, path: path) else {
-      throw GroupSyncError.listenerNameInUse("relays/\(host).lock")
+      throw GroupSyncError.relayLockHeld(host: host)
     }
     return RelayLock(descriptor: file)
   }

@@ -14,6 +14,14 @@ public enum GroupSyncError: Error, Equatable, Sendable, CustomStringConvertible 
   case invalidListenerName(String)
   /// Another live process already listens under this name.
   case listenerNameInUse(String)
+  /// A durable listener's call (`acknowledge`) on a listener that is not
+  /// durable: it keeps no place to move.
+  case listenerNotDurable(String)
+  /// A host name (of a relay) is empty, too long, or has characters other
+  /// than letters, digits, `-`, `_` and `.`.
+  case invalidHostName(String)
+  /// Another live relay of this host holds `relays/HOST.lock`.
+  case relayLockHeld(host: String)
   /// The folder is not a group folder (it has no store).
   case notAGroupFolder(String)
   /// A system call failed.
@@ -74,6 +82,12 @@ public enum GroupSyncError: Error, Equatable, Sendable, CustomStringConvertible 
       return "invalid listener name '\(name)': use 1-64 letters, digits, '-', '_' or '.', not starting with '.'"
     case .listenerNameInUse(let name):
       return "listener name '\(name)' is in use by a live listener"
+    case .listenerNotDurable(let name):
+      return "listener '\(name)' is not durable: it keeps no place to acknowledge (listen with durable: true)"
+    case .invalidHostName(let host):
+      return "invalid host name '\(host)': use 1-64 letters, digits, '-', '_' or '.', not starting with '.'"
+    case .relayLockHeld(let host):
+      return "a live relay of host '\(host)' holds relays/\(host).lock"
     case .notAGroupFolder(let path):
       return "'\(path)' is not a group folder (no store.sqlite; run 'groupsync init' first)"
     case .system(let error):
