@@ -12,7 +12,7 @@ extension Listener {
       let parsed = GroupLayout.storeAndSequence(inFileNameBuffer: fileName)
       // A file already read (found by a listing before its event came): no wake-up.
       if let parsed, parsed.store == GroupLayout.mainStoreName,
-        parsed.sequence < deliveredThrough.load(ordering: .relaxed)
+        parsed.sequence < mainStoreNextSequence.load(ordering: .relaxed)
       {
         return
       }
@@ -92,35 +92,35 @@ extension Listener {
     let handOver = mailbox.takeHandOver(spare: &spareHints)
     defer { ListenerMailbox.recycle(handOver, into: &spareHints) }
     if handOver.closed { return .closed }
-    for stream in streams { stream.acknowledgeAutomatically() }
-    for stream in streams {
-      if let expired = stream.takeExpiry() { return .event(delivered(.reset(expired), by: stream)) }
+    for sequencer in sequencers { sequencer.acknowledgeAutomatically() }
+    for sequencer in sequencers {
+      if let expired = sequencer.takeExpiry() { return .event(delivered(.reset(expired), by: sequencer)) }
     }
-    for stream in streams {
-      if let event = stream.replay(inbox: folders.inbox) { return .event(delivered(event, by: stream)) }
+    for sequencer in sequencers {
+      if let event = sequencer.replay(inbox: folders.inbox) { return .event(delivered(event, by: sequencer)) }
     }
     if handOver.overflowed {
       return .event(.reset(resetAll("this process committed faster than the listener consumed (in-process backlog over its bounds)")))
     }
-    for hint in handOver.hints { self.stream(named: hint.store)?.track(hint.sequence) }
+    for hint in handOver.hints { self.sequencer(named: hint.store)?.track(hint.sequence) }
     if handOver.rescan, let reset = checkFolders() { return .event(.reset(reset)) }
     if handOver.rescan || handOver.storeCheck { discoverStores() }
     // A window ran dry while more waits beyond it: list the inbox again.
-    if handOver.rescan || streams.contains(where: \.needsRefill), let reset = scanInbox() { return .event(.reset(reset)) }
+    if handOver.rescan || sequencers.contains(where: \.needsRefill), let reset = scanInbox() { return .event(.reset(reset)) }
     if handOver.rescan || handOver.storeCheck {
-      for stream in streams {
-        if let reason = stream.checkStore(folder: folders.folder) {
-          return .event(delivered(.reset(stream.reset(reason, inbox: folders.inbox)), by: stream))
+      for sequencer in sequencers {
+        if let reason = sequencer.checkStore(folder: folders.folder) {
+          return .event(delivered(.reset(sequencer.reset(reason, inbox: folders.inbox)), by: sequencer))
         }
       }
     }
-    if handOver.rescan { metrics.sample(streams, inProcess: mailbox.inProcessCounts) }
+    if handOver.rescan { metrics.sample(sequencers, inProcess: mailbox.inProcessCounts) }
     if let event = nextReady() { return .event(event) }
-    for stream in streams {
-      let laterInProcess = mailbox.hasInProcess(store: stream.store, after: stream.nextSequence)
-      let event = stream.checkGap(inbox: folders.inbox, laterInProcess: laterInProcess, wake: wakeAfterGrace)
-      if case .changes = event { metrics.gapRepaired(stream) }
-      if let event { return .event(delivered(event, by: stream)) }
+    for sequencer in sequencers {
+      let laterInProcess = mailbox.hasInProcess(store: sequencer.store, after: sequencer.nextSequence)
+      let event = sequencer.checkGap(inbox: folders.inbox, laterInProcess: laterInProcess, wake: wakeAfterGrace)
+      if case .changes = event { metrics.gapRepaired(sequencer) }
+      if let event { return .event(delivered(event, by: sequencer)) }
     }
     return .waiting
   }
@@ -128,25 +128,25 @@ extension Listener {
   /// The next change set some store has ready (from this process, or in
   /// the inbox), trying the stores in turn so that none starves another.
   private func nextReady() -> ListenerEvent? {
-    for offset in 0..<streams.count {
-      let stream = streams[(nextStream + offset) % streams.count]
-      if let changeSet = mailbox.takeInProcess(store: stream.store, next: stream.nextSequence) {
-        nextStream = (nextStream + offset + 1) % streams.count
-        return delivered(.changes(stream.accept(changeSet)), by: stream)
+    for offset in 0..<sequencers.count {
+      let sequencer = sequencers[(nextSequencer + offset) % sequencers.count]
+      if let changeSet = mailbox.takeInProcess(store: sequencer.store, next: sequencer.nextSequence) {
+        nextSequencer = (nextSequencer + offset + 1) % sequencers.count
+        return delivered(.changes(sequencer.accept(changeSet)), by: sequencer)
       }
-      guard stream.nextIsInInbox else { continue }
-      switch stream.readNextInboxFile(folders.inbox) {
+      guard sequencer.nextIsInInbox else { continue }
+      switch sequencer.readNextInboxFile(folders.inbox) {
       case .success(let changeSet):
-        nextStream = (nextStream + offset + 1) % streams.count
-        return delivered(.changes(stream.accept(changeSet)), by: stream)
+        nextSequencer = (nextSequencer + offset + 1) % sequencers.count
+        return delivered(.changes(sequencer.accept(changeSet)), by: sequencer)
       case .failure(let reason):
         guard hostileActs.continues() else {
-          return delivered(.reset(stream.reset(reason, inbox: folders.inbox)), by: stream)
+          return delivered(.reset(sequencer.reset(reason, inbox: folders.inbox)), by: sequencer)
         }
         // The act was answered already: the file is gone, the change set
         // is read from the history (the truth) without another reset.
         Logger.groupSync.warning("listener '\(name)': \(reason); removed (bad input again)")
-        if let event = stream.readFromHistory(inbox: folders.inbox) { return delivered(event, by: stream) }
+        if let event = sequencer.readFromHistory(inbox: folders.inbox) { return delivered(event, by: sequencer) }
         continue
       case nil: continue  // gone meanwhile; rescan decides
       }
@@ -154,10 +154,10 @@ extension Listener {
     return nil
   }
 
-  /// Notes where `stream` is after an event, for the watcher thread.
-  private func delivered(_ event: ListenerEvent, by stream: StoreStream) -> ListenerEvent {
-    if stream === streams[0] { deliveredThrough.store(stream.nextSequence, ordering: .relaxed) }
-    metrics.delivered(event, by: stream)
+  /// Notes where `sequencer` is after an event, for the watcher thread.
+  private func delivered(_ event: ListenerEvent, by sequencer: StoreSequencer) -> ListenerEvent {
+    if sequencer === sequencers[0] { mainStoreNextSequence.store(sequencer.nextSequence, ordering: .relaxed) }
+    metrics.delivered(event, by: sequencer)
     return event
   }
 
@@ -174,7 +174,7 @@ extension Listener {
     }
   }
 
-  func stream(named store: String) -> StoreStream? {
-    streams.first { $0.store == store }
+  func sequencer(named store: String) -> StoreSequencer? {
+    sequencers.first { $0.store == store }
   }
 }

@@ -8,25 +8,25 @@ extension Listener {
   func resetAll(_ reason: String) -> Reset {
     Logger.groupSync.error("listener '\(name)': \(reason); resetting every store")
     try? folders.inbox.forEachEntry { folders.inbox.remove($0) }
-    for stream in streams { _ = stream.reset(reason, inbox: nil, logged: true) }
-    deliveredThrough.store(streams[0].nextSequence, ordering: .relaxed)
-    mailbox.dropInProcess(before: streams.map { ($0.store, $0.nextSequence) })
-    let reset = Reset(reason: reason, sequence: streams[0].nextSequence - 1)
-    metrics.resetAll(reset, streams: streams)
+    for sequencer in sequencers { _ = sequencer.reset(reason, inbox: nil, logged: true) }
+    mainStoreNextSequence.store(sequencers[0].nextSequence, ordering: .relaxed)
+    mailbox.dropInProcess(before: sequencers.map { ($0.store, $0.nextSequence) })
+    let reset = Reset(reason: reason, sequence: sequencers[0].nextSequence - 1)
+    metrics.resetAll(reset, sequencers: sequencers)
     return reset
   }
 
   /// On each rescan tick: a store created since the listener started gets
-  /// a stream (from its first change set on).
+  /// a sequencer (from its first change set on).
   func discoverStores() {
-    guard let entries = try? directory.entries(), entries.count != streams.count
-      || zip(entries, streams).contains(where: { $0.name != $1.store })
+    guard let entries = try? directory.entries(), entries.count != sequencers.count
+      || zip(entries, sequencers).contains(where: { $0.name != $1.store })
     else { return }
-    for entry in entries where stream(named: entry.name) == nil {
+    for entry in entries where sequencer(named: entry.name) == nil {
       do {
         let store = try directory.store(named: entry.name)
         // A store that could not be opened at start existed then.
-        streams.append(try makeStream(store, fromStart: !unopenable.contains(entry.name)))
+        sequencers.append(try makeSequencer(store, fromStart: !unopenable.contains(entry.name)))
         unopenable.remove(entry.name)
         Logger.groupSync.info("listener '\(name)': now listening to store '\(entry.name)'")
       } catch {
@@ -76,7 +76,7 @@ extension Listener {
     var foreign: [String] = []
     var foreignCount = 0
     var waitingCount = 0
-    for stream in streams { stream.forgetInbox() }  // the listing is the authority; events are hints
+    for sequencer in sequencers { sequencer.forgetInbox() }  // the listing is the authority; events are hints
     let inbox = folders.inbox
     let started = ContinuousClock.now
     var rediscovered = false
@@ -88,24 +88,24 @@ extension Listener {
           inbox.remove(fileName)
           return
         }
-        var stream = self.stream(named: store)
-        if stream == nil && !rediscovered {
+        var sequencer = self.sequencer(named: store)
+        if sequencer == nil && !rediscovered {
           // A store made after the listener started, maybe: look once.
           rediscovered = true
           discoverStores()
-          stream = self.stream(named: store)
+          sequencer = self.sequencer(named: store)
         }
-        guard let stream else {
+        guard let sequencer else {
           foreignCount += 1
           if foreign.count < 5 { foreign.append(SafeDirectory.printable(fileName) + " (no such store)") }
           inbox.remove(fileName)
           return
         }
-        if sequence < stream.nextSequence {
+        if sequence < sequencer.nextSequence {
           inbox.remove(fileName)  // already delivered or covered by a reset
         } else {
           waitingCount += 1
-          stream.track(sequence)
+          sequencer.track(sequence)
         }
       }
     } catch {
@@ -118,7 +118,7 @@ extension Listener {
       // history as the gaps it leaves come up.
       Logger.groupSync.warning("listener '\(name)': \(reason); cleared (bad input again)")
       try? inbox.forEachEntry { inbox.remove($0) }
-      for stream in streams { stream.forgetInbox() }
+      for sequencer in sequencers { sequencer.forgetInbox() }
     }
     if foreignCount > 0 {
       let more = foreignCount > foreign.count ? " and \(foreignCount - foreign.count) more" : ""

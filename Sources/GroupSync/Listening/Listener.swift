@@ -36,7 +36,7 @@ public final class Listener: @unchecked Sendable {
   /// The sequence number of the main store the listener starts after: the
   /// store's when it started, or, for a durable listener, the last one it
   /// acknowledged.
-  public var startSequence: Int64 { streams[0].startSequence }
+  public var startSequence: Int64 { sequencers[0].startSequence }
   /// Whether the listener keeps its place while its process is not running.
   public let isDurable: Bool
   /// How the listener behaves (grace period, rescan interval, bounds).
@@ -55,13 +55,13 @@ public final class Listener: @unchecked Sendable {
   let consuming = Atomic<Bool>(false)
   /// The main store's next sequence, readable from the watcher thread, so
   /// that our own removals of delivered files wake nobody.
-  let deliveredThrough = Atomic<Int64>(0)
+  let mainStoreNextSequence = Atomic<Int64>(0)
 
   // Consumer-only state.
-  /// One stream per store of the group: the main store first.
-  var streams: [StoreStream]
-  /// The stream to try first next time, so that no store starves another.
-  var nextStream = 0
+  /// One sequencer per store of the group: the main store first.
+  var sequencers: [StoreSequencer]
+  /// The sequencer to try first next time, so that no store starves another.
+  var nextSequencer = 0
   /// Stores whose file could not be opened (logged once; tried again on
   /// each rescan tick).
   var unopenable = Set<String>()
@@ -69,7 +69,7 @@ public final class Listener: @unchecked Sendable {
   var spareHints: [(store: String, sequence: Int64)] = []
   /// The listener's folders, reopened when something replaced them.
   var folders: ListenerFolders
-  /// One reset per act of bad input in the inbox, shared with the streams.
+  /// One reset per act of bad input in the inbox, shared with the sequencers.
   let hostileActs: HostileActs
 
   init(directory: StoreDirectory, name: String, options: ListenerOptions, ephemeral: Bool, durable: Bool) throws {
@@ -87,7 +87,7 @@ public final class Listener: @unchecked Sendable {
     // lock held always finds the inbox to deliver into.
     folders = try ListenerFolders.open(in: root, name: name)
     lock = try ListenerLock(in: folders.folder, name: name)
-    streams = []
+    sequencers = []
     // Order matters: lock, then empty the inbox, then read the sequences.
     // A writer that saw us dead committed before the lock, so before the
     // sequence is read; anything it linked meanwhile is at or below it.
@@ -99,14 +99,14 @@ public final class Listener: @unchecked Sendable {
       LocalListeners.shared.add(self, group: group.root)
       for entry in try directory.entries() {
         do {
-          streams.append(try makeStream(directory.store(named: entry.name), fromStart: false))
+          sequencers.append(try makeSequencer(directory.store(named: entry.name), fromStart: false))
         } catch where entry.name != GroupLayout.mainStoreName {
           // A planted or broken file must not stop delivery of the others.
           Logger.groupSync.error("listener '\(name)': cannot open store '\(entry.name)': \(error)")
           unopenable.insert(entry.name)
         }
       }
-      deliveredThrough.store(streams[0].nextSequence, ordering: .relaxed)
+      mainStoreNextSequence.store(sequencers[0].nextSequence, ordering: .relaxed)
       let watch = try watchInbox(folders.inbox)
       mailbox.withContents { $0.watch = watch }
     } catch {
@@ -116,7 +116,7 @@ public final class Listener: @unchecked Sendable {
     }
   }
 
-  func makeStream(_ store: Store, fromStart: Bool) throws -> StoreStream {
+  func makeSequencer(_ store: Store, fromStart: Bool) throws -> StoreSequencer {
     let cursor: DurableCursor?
     if !isDurable {
       cursor = nil
@@ -125,7 +125,7 @@ public final class Listener: @unchecked Sendable {
     } else {
       cursor = try DurableCursor(file: folders.folder, store: store.name)
     }
-    return try StoreStream(
+    return try StoreSequencer(
       store: store, listener: name, options: options, cursor: cursor, hostileActs: hostileActs, fromStart: fromStart)
   }
 
@@ -135,7 +135,7 @@ public final class Listener: @unchecked Sendable {
   /// resumes after it. With ``Acknowledgement/automatic`` this happens when
   /// the next event is asked for.
   public func acknowledge(_ changeSet: ChangeSet) throws {
-    guard let cursor = stream(of: changeSet)?.cursor, case .file = cursor.storage else {
+    guard let cursor = sequencer(of: changeSet)?.cursor, case .file = cursor.storage else {
       throw GroupSyncError.invalidListenerName("'\(name)' is not a durable listener with a cursor file")
     }
     try cursor.write(changeSet.sequence)
@@ -145,14 +145,14 @@ public final class Listener: @unchecked Sendable {
   /// of the change set's store), for ``Acknowledgement/inStore``: the
   /// place commits, or rolls back, with the consumer's own changes.
   public func acknowledge(_ changeSet: ChangeSet, in db: Database) throws {
-    guard let cursor = stream(of: changeSet)?.cursor, case .store = cursor.storage else {
+    guard let cursor = sequencer(of: changeSet)?.cursor, case .store = cursor.storage else {
       throw GroupSyncError.invalidListenerName("'\(name)' is not a durable listener that keeps its place in the store")
     }
     try DurableCursor.write(changeSet.sequence, name: name, db)
   }
 
-  func stream(of changeSet: ChangeSet) -> StoreStream? {
-    streams.first { $0.storeID == changeSet.storeID }
+  func sequencer(of changeSet: ChangeSet) -> StoreSequencer? {
+    sequencers.first { $0.storeID == changeSet.storeID }
   }
 
   /// Watches the inbox through the descriptor the listener holds, so that

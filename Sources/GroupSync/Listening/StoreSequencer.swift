@@ -2,13 +2,13 @@ import Foundation
 import GRDB
 import Logging
 
-/// A listener's delivery state for one store of its group: where it is in
+/// Puts one store's change sets in sequence for a listener: where it is in
 /// the store's sequence, the store's change sets waiting in the inbox, a
 /// missing one's grace period, a durable place. For a read-only store,
 /// which has no sequence, the file it last saw: a replaced file is a reset.
 ///
 /// Used only by the listener's consuming task.
-final class StoreStream {
+final class StoreSequencer {
   let store: String
   let storeID: UUID
   let listener: String
@@ -21,7 +21,7 @@ final class StoreStream {
   let cursor: DurableCursor?
   private let hostileActs: HostileActs
 
-  /// The sequence the stream started after.
+  /// The sequence the sequencer started after.
   private(set) var startSequence: Int64 = 0
   private(set) var nextSequence: Int64 = 0
   /// Change sets in the inbox, within `window` of `nextSequence`; later
@@ -46,7 +46,7 @@ final class StoreStream {
   /// Durable only: the place expired while the process was not running.
   private var expiry: String?
 
-  /// Opens the stream of `store`. `fromStart`: deliver every change set
+  /// Opens the sequencer of `store`. `fromStart`: deliver every change set
   /// the store has (a store created after the listener started), else
   /// start after its current sequence or a durable place.
   init(
