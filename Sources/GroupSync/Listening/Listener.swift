@@ -30,7 +30,7 @@ import Synchronization
 /// `@unchecked Sendable`: state shared with the watcher thread and the
 /// process's writers lives in `mailbox` (under a mutex); the rest is
 /// touched only by the one consumer, which `consuming` enforces.
-public final class Listener: @unchecked Sendable {
+public final class Listener: InProcessInbox, @unchecked Sendable {
   /// The listener's name: its folder under `listeners/`.
   public let name: String
   /// The sequence number of the main store the listener starts after: the
