@@ -100,7 +100,7 @@ extension Listener {
       if let event = sequencer.replay(inbox: folders.inbox) { return .event(delivered(event, by: sequencer)) }
     }
     if handOver.overflowed {
-      return .event(.reset(resetAll("this process committed faster than the listener consumed (in-process backlog over its bounds)")))
+      return .event(.reset(resetAll(.inProcessBacklogOverflowed)))
     }
     for hint in handOver.hints { self.sequencer(named: hint.store)?.track(hint.sequence) }
     if handOver.rescan, let reset = checkFolders() { return .event(.reset(reset)) }

@@ -5,13 +5,13 @@ import Logging
 // replaced, stores created, inbox listings, and the resets they call for.
 extension Listener {
   /// Resets every store: the inbox as a whole cannot be trusted.
-  func resetAll(_ reason: String) -> Reset {
+  func resetAll(_ reason: ResetReason) -> Reset {
     Logger.groupSync.error("listener '\(name)': \(reason); resetting every store")
     try? folders.inbox.forEachEntry { folders.inbox.remove($0) }
     for sequencer in sequencers { _ = sequencer.reset(reason, inbox: nil, logged: true) }
     mainStoreNextSequence.store(sequencers[0].nextSequence, ordering: .relaxed)
     mailbox.dropInProcess(before: sequencers.map { ($0.store, $0.nextSequence) })
-    let reset = Reset(reason: reason, sequence: sequencers[0].nextSequence - 1)
+    let reset = Reset(reason, sequence: sequencers[0].nextSequence - 1)
     metrics.resetAll(reset, sequencers: sequencers)
     return reset
   }
@@ -65,9 +65,9 @@ extension Listener {
       folders = made
       folderSnapshot.withLock { $0 = folders }
     } catch {
-      return resetAll("its folders were replaced and cannot be made again: \(error)")
+      return resetAll(.foldersUnrecoverable(error: "\(error)"))
     }
-    return resetAll("its inbox or folder was removed or replaced; made anew")
+    return resetAll(.foldersReplaced)
   }
 
   /// Lists the inbox, streaming, with bounded work. Foreign entries are
@@ -109,10 +109,10 @@ extension Listener {
         }
       }
     } catch {
-      return resetAll("cannot list inbox: \(error)")
+      return resetAll(.inboxUnlistable(error: "\(error)"))
     }
     if waitingCount > options.maximumBacklog {
-      let reason = "inbox overflowed: \(waitingCount) change sets waiting (maximum \(options.maximumBacklog))"
+      let reason = ResetReason.inboxOverflowed(waiting: waitingCount, maximum: options.maximumBacklog)
       guard hostileActs.continues(lookStarted: started) else { return resetAll(reason) }
       // Cleared without another reset: what was committed is read from the
       // history as the gaps it leaves come up.
@@ -121,8 +121,7 @@ extension Listener {
       for sequencer in sequencers { sequencer.forgetInbox() }
     }
     if foreignCount > 0 {
-      let more = foreignCount > foreign.count ? " and \(foreignCount - foreign.count) more" : ""
-      let reason = "foreign entries in inbox, removed: \(foreign.sorted().joined(separator: ", "))\(more)"
+      let reason = ResetReason.foreignEntries(names: foreign.sorted(), more: foreignCount - foreign.count)
       guard hostileActs.continues(lookStarted: started) else { return resetAll(reason) }
       Logger.groupSync.warning("listener '\(name)': \(reason) (bad input again)")
     }

@@ -44,7 +44,7 @@ final class StoreSequencer {
   private var lastDelivered: Int64 = 0
   private var lastAcknowledged: Int64 = 0
   /// Durable only: the place expired while the process was not running.
-  private var expiry: String?
+  private var expiry: ResetReason?
 
   /// Opens the sequencer of `store`. `fromStart`: deliver every change set
   /// the store has (a store created after the listener started), else
@@ -92,7 +92,7 @@ final class StoreSequencer {
     do {
       acknowledged = try cursor.read()
     } catch {
-      expiry = "its place cannot be read (\(error))"
+      expiry = .placeUnreadable(error: "\(error)")
       return
     }
     guard let acknowledged else {
@@ -101,9 +101,9 @@ final class StoreSequencer {
     }
     let oldest = try reader!.oldestHistorySequence() ?? storeSequence + 1
     if acknowledged > storeSequence {
-      expiry = "its place \(acknowledged) is ahead of the store (\(storeSequence)): another store?"
+      expiry = .placeAhead(place: acknowledged, storeSequence: storeSequence)
     } else if acknowledged + 1 < oldest && acknowledged < storeSequence {
-      expiry = "its place \(acknowledged) expired: the history now starts at \(oldest)"
+      expiry = .placeExpired(place: acknowledged, oldest: oldest)
     } else {
       startSequence = acknowledged
       replayThrough = storeSequence
@@ -117,7 +117,7 @@ final class StoreSequencer {
     let seen = try? cursor.read()
     let now = fileIdentity.map(Self.fingerprint) ?? 0
     if let seen, seen != now {
-      expiry = "read-only store '\(store)' was replaced while the listener was not running"
+      expiry = .readOnlyStoreReplacedWhileAway(store: store)
     }
     try cursor.write(now)
   }
@@ -148,7 +148,7 @@ final class StoreSequencer {
     guard let reason = expiry else { return nil }
     expiry = nil
     let reset = reset(reason, inbox: nil)
-    return Reset(reason: reset.reason, sequence: reset.sequence, isExpired: true, store: store, storeID: storeID)
+    return Reset(reset.why, sequence: reset.sequence, isExpired: true, store: store, storeID: storeID)
   }
 
   // MARK: Delivery
@@ -168,7 +168,7 @@ final class StoreSequencer {
     switch entry.changeSet {
     case .success(let changeSet): return .changes(accept(changeSet))
     case .failure(let error):
-      return .reset(reset("change set \(nextSequence) is unreadable in the history: \(error)", inbox: inbox))
+      return .reset(reset(.replayUnreadable(sequence: nextSequence, error: "\(error)"), inbox: inbox))
     }
   }
 
@@ -232,13 +232,12 @@ final class StoreSequencer {
   /// that says why it cannot be; nil when it is not due after all (it
   /// committed just now, or only forged files claimed it, again).
   private func fromHistory(_ sequence: Int64, inbox: SafeDirectory) -> ListenerEvent? {
-    guard let reader else { return .reset(reset("read-only store '\(store)' has no history", inbox: inbox)) }
+    guard let reader else { return .reset(reset(.noHistory(store: store), inbox: inbox)) }
     do {
       guard let entry = try reader.historyEntry(sequence) else {
         let oldest = try reader.oldestHistorySequence()
         if let oldest, sequence < oldest {
-          return .reset(reset(
-            "change set \(sequence) did not arrive and the history no longer holds it (oldest \(oldest))", inbox: inbox))
+          return .reset(reset(.historyPurged(sequence: sequence, oldest: oldest), inbox: inbox))
         }
         storeSequence = try reader.sequence()
         // Committed between the two reads: the next look finds it.
@@ -246,7 +245,7 @@ final class StoreSequencer {
         // Not committed: only forged files (or a forged in-process claim)
         // said it was. An act already answered is cleaned up quietly.
         guard hostileActs.continues() else {
-          return .reset(reset("change set \(sequence) did not arrive and is not in the history", inbox: inbox))
+          return .reset(reset(.notInHistory(sequence: sequence), inbox: inbox))
         }
         Logger.groupSync.warning(
           "listener '\(listener)': files of '\(store)' beyond its sequence \(storeSequence) removed (forged, again)")
@@ -260,18 +259,17 @@ final class StoreSequencer {
         Logger.groupSync.info("listener '\(listener)': change set \(sequence) of '\(store)' read from the history")
         return .changes(accept(changeSet))
       case .failure(let error):
-        return .reset(reset(
-          "change set \(sequence) did not arrive and its history entry is unreadable: \(error)", inbox: inbox))
+        return .reset(reset(.historyEntryUnreadable(sequence: sequence, error: "\(error)"), inbox: inbox))
       }
     } catch {
-      return .reset(reset("change set \(sequence) did not arrive and the history cannot be read: \(error)", inbox: inbox))
+      return .reset(reset(.historyUnreadable(sequence: sequence, error: "\(error)"), inbox: inbox))
     }
   }
 
   /// Logs why (unless the caller did), skips to the store's current
   /// sequence and drops everything up to it; with `inbox`, also the
   /// store's files waiting there.
-  func reset(_ reason: String, inbox: SafeDirectory?, logged: Bool = false) -> Reset {
+  func reset(_ reason: ResetReason, inbox: SafeDirectory?, logged: Bool = false) -> Reset {
     if !logged { Logger.groupSync.error("listener '\(listener)': store '\(store)': \(reason); resetting") }
     // List before reading the sequence: a file appears only after its
     // commit, so every file listed now is at or below the sequence read
@@ -280,7 +278,7 @@ final class StoreSequencer {
     if let readOnlyFile {
       fileIdentity = readOnlyFile.identityNow
       if let cursor { try? cursor.write(fileIdentity.map(Self.fingerprint) ?? 0) }
-      return Reset(reason: reason, sequence: 0, store: store, storeID: storeID)
+      return Reset(reason, sequence: 0, store: store, storeID: storeID)
     }
     let sample = sampleStore()
     let sequence = sample?.sequence ?? nextSequence
@@ -293,7 +291,7 @@ final class StoreSequencer {
     lastSample = sample?.isUndecided == false ? sample : nil
     inboxSequences.removeAll()
     moreBeyondWindow = false
-    return Reset(reason: reason, sequence: nextSequence - 1, store: store, storeID: storeID)
+    return Reset(reason, sequence: nextSequence - 1, store: store, storeID: storeID)
   }
 
   // MARK: The inbox
@@ -338,11 +336,11 @@ final class StoreSequencer {
   /// committed (`PRAGMA data_version` moved while the history did not); for
   /// a read-only store, whether its file was replaced.
   /// Returns why to reset when so.
-  func checkStore(folder: SafeDirectory) -> String? {
+  func checkStore(folder: SafeDirectory) -> ResetReason? {
     if let readOnlyFile {
       let now = readOnlyFile.identityNow
       guard now != fileIdentity else { return nil }
-      return now == nil ? "read-only store '\(store)' was removed" : "read-only store '\(store)' was replaced"
+      return now == nil ? .readOnlyStoreRemoved(store: store) : .readOnlyStoreReplaced(store: store)
     }
     guard let sample = sampleStore() else { return nil }
     storeSequence = sample.sequence
@@ -360,7 +358,7 @@ final class StoreSequencer {
     }
     Logger.groupSync.warning("listener '\(listener)': a commit without a change set (foreign writer) seen in '\(store)'")
     ForeignCommit.record(in: folder, sequence: sample.sequence)
-    return "the store changed without a change set (a program that does not use GroupSync, or VACUUM)"
+    return .foreignCommit
   }
 
   /// What the foreign-writer check compares from one tick to the next.
@@ -391,7 +389,7 @@ final class StoreSequencer {
 
   enum ReadResult {
     case success(ChangeSet)
-    case failure(String)
+    case failure(ResetReason)
   }
 
   /// Reads, checks and removes the next change set's file. nil if it is gone.
@@ -408,26 +406,26 @@ final class StoreSequencer {
     } catch GroupSyncError.system(_, _, ENOENT) {
       return nil
     } catch {
-      return .failure("cannot open \(fileName): \(error)")
+      return .failure(.fileUnopenable(file: fileName, error: "\(error)"))
     }
     let changeSet: ChangeSet
     do {
       guard info.st_size <= options.maximumFileSize else {
-        return .failure("\(fileName) is \(info.st_size) bytes, over the \(options.maximumFileSize)-byte maximum")
+        return .failure(.fileTooLarge(file: fileName, size: Int64(info.st_size), maximum: options.maximumFileSize))
       }
       let bytes = try System.readAll(file.rawValue, size: Int(info.st_size), path: inbox.path + "/" + fileName)
       changeSet = try ChangeSetEncoding.decode(bytes, name: fileName)
     } catch {
-      return .failure("\(error)")
+      return .failure(.fileUnreadable(file: fileName, error: "\(error)"))
     }
     guard changeSet.storeID == storeID else {
-      return .failure("\(fileName) is from store \(changeSet.storeID.uuidString), not \(storeID.uuidString)")
+      return .failure(.fileOfAnotherStore(file: fileName, storeID: changeSet.storeID, expected: storeID))
     }
     guard changeSet.sequence == sequence else {
-      return .failure("\(fileName) holds sequence \(changeSet.sequence)")
+      return .failure(.fileSequenceMismatch(file: fileName, sequence: changeSet.sequence))
     }
     if let unknown = reader?.unknownTable(in: changeSet) {
-      return .failure("\(fileName) names table '\(unknown)', which the store does not have")
+      return .failure(.fileUnknownTable(file: fileName, table: "\(unknown)"))
     }
     return .success(changeSet)
   }
