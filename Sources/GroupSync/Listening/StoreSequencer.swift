@@ -12,12 +12,12 @@ final class StoreSequencer {
   let store: String
   let storeID: UUID
   let listener: String
-  private let options: ListenerOptions
+  let options: ListenerOptions
   /// The store's own read-only connection (writable stores only).
-  private let reader: StoreReader?
+  let reader: StoreReader?
   /// The file as last seen (read-only stores only).
-  private let readOnlyFile: ReadOnlyStoreFile?
-  private var fileIdentity: FileIdentity?
+  let readOnlyFile: ReadOnlyStoreFile?
+  var fileIdentity: FileIdentity?
   let cursor: DurableCursor?
   private let hostileActs: HostileActs
 
@@ -26,16 +26,16 @@ final class StoreSequencer {
   private(set) var nextSequence: Int64 = 0
   /// Change sets in the inbox, within `window` of `nextSequence`; later
   /// ones are only noted, so memory stays bounded whatever the backlog.
-  private(set) var inboxSequences = Set<Int64>()
-  private(set) var moreBeyondWindow = false
+  var inboxSequences = Set<Int64>()
+  var moreBeyondWindow = false
   static let window: Int64 = 4096
   /// When the missing change set `gapSequence` is read from the history.
   private var gapDeadline: ContinuousClock.Instant?
   private var gapSequence: Int64 = 0
   /// The store's last sequence as read on the last rescan tick.
-  private(set) var storeSequence: Int64 = 0
+  var storeSequence: Int64 = 0
   /// What the last foreign-writer check saw.
-  private var lastSample: StoreSample?
+  var lastSample: StoreSample?
   /// Durable only: change sets up to this one are replayed from the
   /// history at once, without waiting for files.
   private var replayThrough: Int64 = 0
@@ -292,142 +292,6 @@ final class StoreSequencer {
     inboxSequences.removeAll()
     moreBeyondWindow = false
     return Reset(reason, sequence: nextSequence - 1, store: store, storeID: storeID)
-  }
-
-  // MARK: The inbox
-
-  /// Removes the store's files in `inbox` whose sequence `matches`.
-  private func removeInboxFiles(_ inbox: SafeDirectory, where matches: (Int64) -> Bool) {
-    try? inbox.forEachEntry { name in
-      if let (fileStore, sequence) = GroupLayout.storeAndSequence(inFileNameBuffer: name), fileStore == store,
-        matches(sequence)
-      {
-        inbox.remove(name)
-      }
-    }
-  }
-
-  /// Notes a change set found in the inbox.
-  func track(_ sequence: Int64) {
-    if sequence < nextSequence { return }
-    if sequence < nextSequence + Self.window {
-      inboxSequences.insert(sequence)
-    } else {
-      moreBeyondWindow = true
-    }
-  }
-
-  /// Forgets what the inbox held, before a new listing.
-  func forgetInbox() {
-    inboxSequences.removeAll()
-    moreBeyondWindow = false
-  }
-
-  /// Whether the window ran dry while more waits beyond it.
-  var needsRefill: Bool { inboxSequences.isEmpty && moreBeyondWindow }
-
-  /// Whether the next change set is in the inbox.
-  var nextIsInInbox: Bool { inboxSequences.contains(nextSequence) }
-
-  // MARK: Checks on each rescan tick
-
-  /// How far the store is (a writer may have died after COMMIT, before its
-  /// file reached us), and whether a program that does not use GroupSync
-  /// committed (`PRAGMA data_version` moved while the history did not); for
-  /// a read-only store, whether its file was replaced.
-  /// Returns why to reset when so.
-  func checkStore(folder: SafeDirectory) -> ResetReason? {
-    if let readOnlyFile {
-      let now = readOnlyFile.identityNow
-      guard now != fileIdentity else { return nil }
-      return now == nil ? .readOnlyStoreRemoved(store: store) : .readOnlyStoreReplaced(store: store)
-    }
-    guard let sample = sampleStore() else { return nil }
-    storeSequence = sample.sequence
-    // Commits were made while the snapshot was read: look again next tick,
-    // against the same baseline.
-    if sample.isUndecided { return nil }
-    let last = lastSample
-    lastSample = sample
-    guard let last, sample.dataVersion != last.dataVersion, sample.sequence == last.sequence else { return nil }
-    if let commits = sample.commits, commits == last.commits {
-      // The wal-index header changed, yet nobody committed: a checkpoint
-      // restarted the WAL, or a writer did and then rolled back or died.
-      Logger.groupSync.info("listener '\(listener)': '\(store)' moved without a commit (a WAL restart)")
-      return nil
-    }
-    Logger.groupSync.warning("listener '\(listener)': a commit without a change set (foreign writer) seen in '\(store)'")
-    ForeignCommit.record(in: folder, sequence: sample.sequence)
-    return .foreignCommit
-  }
-
-  /// What the foreign-writer check compares from one tick to the next.
-  private struct StoreSample {
-    let dataVersion: Int64
-    let sequence: Int64
-    /// The WAL's commit counter as of the snapshot; nil when it cannot be
-    /// read (the check then takes any move of data_version for a commit).
-    let commits: UInt32?
-    /// The counter moved while the snapshot was read, on every try.
-    let isUndecided: Bool
-  }
-
-  /// data_version, the sequence and the commit counter, all as of one
-  /// snapshot: the counter read before and after it agree, so no commit
-  /// fell in between (tried a few times while writers are busy).
-  private func sampleStore() -> StoreSample? {
-    for attempt in 1...4 {
-      guard let sample = try? reader?.sample() else { return nil }
-      if !sample.counterMoved || attempt == 4 {
-        return StoreSample(
-          dataVersion: sample.dataVersion, sequence: sample.sequence, commits: sample.commits,
-          isUndecided: sample.counterMoved)
-      }
-    }
-    return nil
-  }
-
-  enum ReadResult {
-    case success(ChangeSet)
-    case failure(ResetReason)
-  }
-
-  /// Reads, checks and removes the next change set's file. nil if it is gone.
-  func readNextInboxFile(_ inbox: SafeDirectory) -> ReadResult? {
-    let sequence = nextSequence
-    let fileName = GroupLayout.fileName(store: store, sequence: sequence)
-    inboxSequences.remove(sequence)
-    defer { inbox.remove(fileName) }
-    let file: FileDescriptor
-    let info: stat
-    do {
-      // No symlink followed, no FIFO waited on, nothing but a regular file.
-      (file, info) = try inbox.openRegularFile(fileName, O_RDONLY)
-    } catch GroupSyncError.system(_, _, ENOENT) {
-      return nil
-    } catch {
-      return .failure(.fileUnopenable(file: fileName, error: "\(error)"))
-    }
-    let changeSet: ChangeSet
-    do {
-      guard info.st_size <= options.maximumFileSize else {
-        return .failure(.fileTooLarge(file: fileName, size: Int64(info.st_size), maximum: options.maximumFileSize))
-      }
-      let bytes = try System.readAll(file.rawValue, size: Int(info.st_size), path: inbox.path + "/" + fileName)
-      changeSet = try ChangeSetEncoding.decode(bytes, name: fileName)
-    } catch {
-      return .failure(.fileUnreadable(file: fileName, error: "\(error)"))
-    }
-    guard changeSet.storeID == storeID else {
-      return .failure(.fileOfAnotherStore(file: fileName, storeID: changeSet.storeID, expected: storeID))
-    }
-    guard changeSet.sequence == sequence else {
-      return .failure(.fileSequenceMismatch(file: fileName, sequence: changeSet.sequence))
-    }
-    if let unknown = reader?.unknownTable(in: changeSet) {
-      return .failure(.fileUnknownTable(file: fileName, table: "\(unknown)"))
-    }
-    return .success(changeSet)
   }
 }
 
