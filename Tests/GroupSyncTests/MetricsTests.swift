@@ -123,21 +123,32 @@ struct MetricsTests {
   }
 
   @Test(arguments: [
-    ("change set 7 did not arrive and the history no longer holds it (oldest 9)", GroupSyncMetrics.ResetCause.historyUnavailable),
-    ("change set 7 is unreadable in the history: SQLite error 11", .historyUnavailable),
-    ("the store changed without a change set (a program that does not use GroupSync, or VACUUM)", .storeChanged),
-    ("read-only store 'seed' was replaced", .storeChanged),
-    ("inbox overflowed: 12 change sets waiting (maximum 10)", .overflow),
-    ("this process committed faster than the listener consumed (in-process backlog over its bounds)", .overflow),
-    ("foreign entries in inbox, removed: x.changeset", .folder),
-    ("its inbox or folder was removed or replaced; made anew", .folder),
-    ("invalid change-set file '00000000000000000001.changeset': truncated", .badFile),
-    ("00000000000000000001.changeset holds sequence 2", .badFile),
-    ("something new", .other),
+    (ResetReason.historyPurged(sequence: 7, oldest: 9),
+     "change set 7 did not arrive and the history no longer holds it (oldest 9)",
+     GroupSyncMetrics.ResetCause.historyUnavailable),
+    (.replayUnreadable(sequence: 7, error: "SQLite error 11"),
+     "change set 7 is unreadable in the history: SQLite error 11", .historyUnavailable),
+    (.foreignCommit,
+     "the store changed without a change set (a program that does not use GroupSync, or VACUUM)", .storeChanged),
+    (.readOnlyStoreReplaced(store: "seed"), "read-only store 'seed' was replaced", .storeChanged),
+    (.inboxOverflowed(waiting: 12, maximum: 10), "inbox overflowed: 12 change sets waiting (maximum 10)", .overflow),
+    (.inProcessBacklogOverflowed,
+     "this process committed faster than the listener consumed (in-process backlog over its bounds)", .overflow),
+    (.foreignEntries(names: ["x.changeset"], more: 0), "foreign entries in inbox, removed: x.changeset", .folder),
+    (.foldersReplaced, "its inbox or folder was removed or replaced; made anew", .folder),
+    (.fileUnreadable(
+      file: "00000000000000000001.changeset",
+      error: "invalid change-set file '00000000000000000001.changeset': truncated"),
+     "invalid change-set file '00000000000000000001.changeset': truncated", .badFile),
+    (.fileSequenceMismatch(file: "00000000000000000001.changeset", sequence: 2),
+     "00000000000000000001.changeset holds sequence 2", .badFile),
+    (.text("something new"), "something new", .other),
   ])
-  func resetCausesComeFromAFixedSet(reason: String, cause: GroupSyncMetrics.ResetCause) {
-    #expect(GroupSyncMetrics.ResetCause(Reset(reason: reason, sequence: 1)) == cause)
-    #expect(GroupSyncMetrics.ResetCause(Reset(reason: reason, sequence: 1, isExpired: true)) == .expired)
+  func resetCausesComeFromAFixedSet(why: ResetReason, reason: String, cause: GroupSyncMetrics.ResetCause) {
+    // The metric is the reason's group, and the text what it always was.
+    #expect(Reset(why, sequence: 1).reason == reason)
+    #expect(GroupSyncMetrics.ResetCause(Reset(why, sequence: 1)) == cause)
+    #expect(GroupSyncMetrics.ResetCause(Reset(why, sequence: 1, isExpired: true)) == .expired)
   }
 
   /// The factory bootstrapped for the whole test process, once.

@@ -43,6 +43,10 @@ final class FanOut: Sendable {
 
   private let folders = Locked(Folders())
 
+  /// Finds this process's own inboxes of a group, by the group folder's
+  /// path (see ``deliverInProcess(through:)``).
+  private let inProcess = Locked<@Sendable (String) -> [any InProcessInbox]>({ _ in [] })
+
   /// Temporary files older than this, of a writer that is gone, are removed.
   static let staleTemporaryAge: Double = 300
   private static let tmpSweepInterval: Duration = .seconds(60)
@@ -52,12 +56,19 @@ final class FanOut: Sendable {
     rootPath = root.path
   }
 
+  /// From now on, hands change sets in memory to the inboxes of this
+  /// process that `inboxes` finds for a group folder's path, and skips
+  /// their folders on disk.
+  func deliverInProcess(through inboxes: @escaping @Sendable (String) -> [any InProcessInbox]) {
+    inProcess.withLock { $0 = inboxes }
+  }
+
   /// Delivers `changeSet` of store `store` (encoded as `bytes`) and says
   /// which live listeners did not get it; they fill the gap from the
   /// store's history.
   func deliver(_ changeSet: ChangeSet, encoded bytes: [UInt8], store: String) -> [PublishFailure] {
-    let local = LocalListeners.shared.listeners(in: rootPath)
-    for listener in local { listener.receiveInProcess(changeSet, store: store) }
+    let local = inProcess.withLock { $0 }(rootPath)
+    for inbox in local { inbox.receiveInProcess(changeSet, store: store) }
     let localNames = Set(local.map(\.name))
     return folders.withLock { folders in
       var failures: [PublishFailure] = []
@@ -265,26 +276,12 @@ public struct PublishFailure: Error, Sendable, CustomStringConvertible {
   }
 }
 
-/// The listeners of this process, by group folder, so that fan-out hands
-/// them change sets in memory and skips their inboxes.
-final class LocalListeners: Sendable {
-  static let shared = LocalListeners()
-
-  private let entries = Locked<[String: [ObjectIdentifier: WeakListener]]>([:])
-
-  private struct WeakListener: @unchecked Sendable {
-    weak var listener: Listener?
-  }
-
-  func add(_ listener: Listener, group: String) {
-    entries.withLock { $0[group, default: [:]][ObjectIdentifier(listener)] = WeakListener(listener: listener) }
-  }
-
-  func remove(_ listener: Listener, group: String) {
-    entries.withLock { $0[group]?[ObjectIdentifier(listener)] = nil }
-  }
-
-  func listeners(in group: String) -> [Listener] {
-    entries.withLock { $0[group]?.values.compactMap(\.listener) ?? [] }
-  }
+/// An inbox of this process, which takes a group's change sets in memory:
+/// fan-out hands them over and skips its folder on disk.
+protocol InProcessInbox: AnyObject, Sendable {
+  /// The name of the folder under `listeners/` that fan-out skips.
+  var name: String { get }
+  /// Takes change set `changeSet` of store `store`, committed by this
+  /// process; called by the committing thread, so quick.
+  func receiveInProcess(_ changeSet: ChangeSet, store: String)
 }

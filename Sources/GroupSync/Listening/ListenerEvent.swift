@@ -12,8 +12,12 @@ public enum ListenerEvent: Sendable, Equatable {
 /// A "refetch everything" event: why, which store, and where delivery
 /// resumes.
 public struct Reset: Sendable, Equatable, CustomStringConvertible {
-  /// Why the listener could not go on change set by change set.
-  public let reason: String
+  /// Why the listener could not go on change set by change set: the
+  /// condition it met, as a value to match on.
+  public let why: ResetReason
+  /// Why the listener could not go on change set by change set, in words
+  /// (``ResetReason/description``).
+  public var reason: String { why.description }
   /// The store's sequence when the reset was decided: every change up to
   /// it is in the store; the next change set delivered is `sequence + 1`
   /// (0 for a read-only store, which has no sequence; the main store's for
@@ -29,15 +33,37 @@ public struct Reset: Sendable, Equatable, CustomStringConvertible {
   /// The store's UUID; nil with `store`.
   public let storeID: UUID?
 
-  /// A reset of `store` (nil: every store) decided at `sequence`.
+  /// A reset of `store` (nil: every store) decided at `sequence`, for
+  /// the reason `why`.
+  ///
+  /// For example:
+  ///
+  /// ```swift
+  /// let reset = Reset(.foreignCommit, sequence: 42, store: "main", storeID: group.store.storeID)
+  /// ```
   public init(
-    reason: String, sequence: Int64, isExpired: Bool = false, store: String? = nil, storeID: UUID? = nil
+    _ why: ResetReason, sequence: Int64, isExpired: Bool = false, store: String? = nil, storeID: UUID? = nil
   ) {
-    self.reason = reason
+    self.why = why
     self.sequence = sequence
     self.isExpired = isExpired
     self.store = store
     self.storeID = storeID
+  }
+
+  /// A reset of `store` (nil: every store) decided at `sequence`, for a
+  /// reason given as text (``ResetReason/text(_:)``).
+  public init(
+    reason: String, sequence: Int64, isExpired: Bool = false, store: String? = nil, storeID: UUID? = nil
+  ) {
+    self.init(.text(reason), sequence: sequence, isExpired: isExpired, store: store, storeID: storeID)
+  }
+
+  /// Two resets are equal when they say the same: the same ``reason``
+  /// text, sequence, expiry and store.
+  public static func == (lhs: Reset, rhs: Reset) -> Bool {
+    lhs.reason == rhs.reason && lhs.sequence == rhs.sequence && lhs.isExpired == rhs.isExpired
+      && lhs.store == rhs.store && lhs.storeID == rhs.storeID
   }
 
   /// Whether the reset concerns store `id` (a reset of a whole group

@@ -68,7 +68,7 @@ public enum GroupSyncMetrics {
   public static let ephemeralListener = "ephemeral"
 
   /// Why a listener reset, as the `reason` dimension of ``resets`` says it:
-  /// a small fixed set, whatever the reset's text.
+  /// a small fixed set, each a group of ``ResetReason``'s cases.
   public enum ResetCause: String, Sendable, CaseIterable {
     /// A durable listener's place expired or cannot be read.
     case expired
@@ -87,7 +87,8 @@ public enum GroupSyncMetrics {
     /// Anything else.
     case other
 
-    /// The cause of `reset`.
+    /// The cause of `reset`: ``expired`` for a durable listener's expired
+    /// place, else the group its ``Reset/why`` belongs to.
     ///
     /// For example:
     ///
@@ -95,23 +96,26 @@ public enum GroupSyncMetrics {
     /// let cause = GroupSyncMetrics.ResetCause(reset)  // .historyUnavailable
     /// ```
     public init(_ reset: Reset) {
-      if reset.isExpired {
+      self = reset.isExpired ? .expired : Self(reset.why)
+    }
+
+    /// The group `reason` belongs to.
+    public init(_ reason: ResetReason) {
+      switch reason {
+      case .placeUnreadable, .placeAhead, .placeExpired, .readOnlyStoreReplacedWhileAway:
         self = .expired
-        return
-      }
-      let reason = reset.reason
-      func has(_ text: String) -> Bool { reason.contains(text) }
-      if has("overflowed") || has("backlog over its bounds") {
-        self = .overflow
-      } else if has("did not arrive") || has("in the history") || has("has no history") {
+      case .historyPurged, .notInHistory, .historyEntryUnreadable, .historyUnreadable, .replayUnreadable, .noHistory:
         self = .historyUnavailable
-      } else if has("without a change set") || has("read-only store") {
-        self = .storeChanged
-      } else if has("foreign entries") || has("its inbox") || has("its folders") || has("cannot list inbox") {
-        self = .folder
-      } else if has(".changeset") || has("change-set file") {
+      case .fileUnopenable, .fileTooLarge, .fileUnreadable, .fileOfAnotherStore, .fileSequenceMismatch,
+        .fileUnknownTable:
         self = .badFile
-      } else {
+      case .foreignCommit, .readOnlyStoreReplaced, .readOnlyStoreRemoved:
+        self = .storeChanged
+      case .inProcessBacklogOverflowed, .inboxOverflowed:
+        self = .overflow
+      case .foreignEntries, .inboxUnlistable, .foldersReplaced, .foldersUnrecoverable:
+        self = .folder
+      case .text:
         self = .other
       }
     }

@@ -5,7 +5,7 @@ import Foundation
 /// when the listener first delivers from that store.
 ///
 /// `@unchecked Sendable`: used only by the listener's consuming task, as
-/// its ``StoreStream``s are.
+/// its ``StoreSequencer``s are.
 final class ListenerMetrics: @unchecked Sendable {
   private let listener: String
   private let factory: any MetricsFactory
@@ -60,20 +60,20 @@ final class ListenerMetrics: @unchecked Sendable {
     self.factory = factory ?? MetricsSystem.factory
   }
 
-  private func metrics(_ stream: StoreStream) -> PerStore {
-    if let metrics = stores[stream.store] { return metrics }
-    let metrics = PerStore(listener: listener, store: stream.store, factory: factory)
-    stores[stream.store] = metrics
+  private func metrics(_ sequencer: StoreSequencer) -> PerStore {
+    if let metrics = stores[sequencer.store] { return metrics }
+    let metrics = PerStore(listener: listener, store: sequencer.store, factory: factory)
+    stores[sequencer.store] = metrics
     return metrics
   }
 
-  /// `event` was delivered from `stream`.
-  func delivered(_ event: ListenerEvent, by stream: StoreStream) {
-    let metrics = metrics(stream)
+  /// `event` was delivered from `sequencer`.
+  func delivered(_ event: ListenerEvent, by sequencer: StoreSequencer) {
+    let metrics = metrics(sequencer)
     switch event {
     case .changes(let changeSet):
       metrics.delivered.increment()
-      metrics.lagSequences.record(max(0, stream.storeSequence - changeSet.sequence))
+      metrics.lagSequences.record(max(0, sequencer.storeSequence - changeSet.sequence))
       let age = Double(Store.nowNanoseconds() &- changeSet.committedAtNanoseconds) / 1e9
       metrics.lagSeconds.record(max(0, age))
     case .reset(let reset):
@@ -84,26 +84,26 @@ final class ListenerMetrics: @unchecked Sendable {
   }
 
   /// A reset of every store.
-  func resetAll(_ reset: Reset, streams: [StoreStream]) {
+  func resetAll(_ reset: Reset, sequencers: [StoreSequencer]) {
     groupResets.count(reset)
-    for stream in streams {
-      metrics(stream).lagSequences.record(0)
-      metrics(stream).backlog.record(0)
+    for sequencer in sequencers {
+      metrics(sequencer).lagSequences.record(0)
+      metrics(sequencer).backlog.record(0)
     }
   }
 
-  /// A missing change set of `stream` was read from the history.
-  func gapRepaired(_ stream: StoreStream) {
-    metrics(stream).gapRepairs.increment()
+  /// A missing change set of `sequencer` was read from the history.
+  func gapRepaired(_ sequencer: StoreSequencer) {
+    metrics(sequencer).gapRepairs.increment()
   }
 
-  /// On a rescan tick: how far behind each stream is, and what waits for
+  /// On a rescan tick: how far behind each sequencer is, and what waits for
   /// it (`inProcess`: change sets of this process waiting, by store).
-  func sample(_ streams: [StoreStream], inProcess: [String: Int]) {
-    for stream in streams where !stream.isReadOnly {
-      let metrics = metrics(stream)
-      metrics.lagSequences.record(max(0, stream.storeSequence - (stream.nextSequence - 1)))
-      metrics.backlog.record(stream.inboxSequences.count + (inProcess[stream.store] ?? 0))
+  func sample(_ sequencers: [StoreSequencer], inProcess: [String: Int]) {
+    for sequencer in sequencers where !sequencer.isReadOnly {
+      let metrics = metrics(sequencer)
+      metrics.lagSequences.record(max(0, sequencer.storeSequence - (sequencer.nextSequence - 1)))
+      metrics.backlog.record(sequencer.inboxSequences.count + (inProcess[sequencer.store] ?? 0))
     }
   }
 }

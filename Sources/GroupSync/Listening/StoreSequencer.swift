@@ -2,40 +2,40 @@ import Foundation
 import GRDB
 import Logging
 
-/// A listener's delivery state for one store of its group: where it is in
+/// Puts one store's change sets in sequence for a listener: where it is in
 /// the store's sequence, the store's change sets waiting in the inbox, a
 /// missing one's grace period, a durable place. For a read-only store,
 /// which has no sequence, the file it last saw: a replaced file is a reset.
 ///
 /// Used only by the listener's consuming task.
-final class StoreStream {
+final class StoreSequencer {
   let store: String
   let storeID: UUID
   let listener: String
-  private let options: ListenerOptions
+  let options: ListenerOptions
   /// The store's own read-only connection (writable stores only).
-  private let reader: StoreReader?
+  let reader: StoreReader?
   /// The file as last seen (read-only stores only).
-  private let readOnlyFile: ReadOnlyStoreFile?
-  private var fileIdentity: FileIdentity?
+  let readOnlyFile: ReadOnlyStoreFile?
+  var fileIdentity: FileIdentity?
   let cursor: DurableCursor?
   private let hostileActs: HostileActs
 
-  /// The sequence the stream started after.
+  /// The sequence the sequencer started after.
   private(set) var startSequence: Int64 = 0
   private(set) var nextSequence: Int64 = 0
   /// Change sets in the inbox, within `window` of `nextSequence`; later
   /// ones are only noted, so memory stays bounded whatever the backlog.
-  private(set) var inboxSequences = Set<Int64>()
-  private(set) var moreBeyondWindow = false
+  var inboxSequences = Set<Int64>()
+  var moreBeyondWindow = false
   static let window: Int64 = 4096
   /// When the missing change set `gapSequence` is read from the history.
   private var gapDeadline: ContinuousClock.Instant?
   private var gapSequence: Int64 = 0
   /// The store's last sequence as read on the last rescan tick.
-  private(set) var storeSequence: Int64 = 0
+  var storeSequence: Int64 = 0
   /// What the last foreign-writer check saw.
-  private var lastSample: StoreSample?
+  var lastSample: StoreSample?
   /// Durable only: change sets up to this one are replayed from the
   /// history at once, without waiting for files.
   private var replayThrough: Int64 = 0
@@ -44,9 +44,9 @@ final class StoreStream {
   private var lastDelivered: Int64 = 0
   private var lastAcknowledged: Int64 = 0
   /// Durable only: the place expired while the process was not running.
-  private var expiry: String?
+  private var expiry: ResetReason?
 
-  /// Opens the stream of `store`. `fromStart`: deliver every change set
+  /// Opens the sequencer of `store`. `fromStart`: deliver every change set
   /// the store has (a store created after the listener started), else
   /// start after its current sequence or a durable place.
   init(
@@ -92,7 +92,7 @@ final class StoreStream {
     do {
       acknowledged = try cursor.read()
     } catch {
-      expiry = "its place cannot be read (\(error))"
+      expiry = .placeUnreadable(error: "\(error)")
       return
     }
     guard let acknowledged else {
@@ -101,9 +101,9 @@ final class StoreStream {
     }
     let oldest = try reader!.oldestHistorySequence() ?? storeSequence + 1
     if acknowledged > storeSequence {
-      expiry = "its place \(acknowledged) is ahead of the store (\(storeSequence)): another store?"
+      expiry = .placeAhead(place: acknowledged, storeSequence: storeSequence)
     } else if acknowledged + 1 < oldest && acknowledged < storeSequence {
-      expiry = "its place \(acknowledged) expired: the history now starts at \(oldest)"
+      expiry = .placeExpired(place: acknowledged, oldest: oldest)
     } else {
       startSequence = acknowledged
       replayThrough = storeSequence
@@ -117,7 +117,7 @@ final class StoreStream {
     let seen = try? cursor.read()
     let now = fileIdentity.map(Self.fingerprint) ?? 0
     if let seen, seen != now {
-      expiry = "read-only store '\(store)' was replaced while the listener was not running"
+      expiry = .readOnlyStoreReplacedWhileAway(store: store)
     }
     try cursor.write(now)
   }
@@ -148,7 +148,7 @@ final class StoreStream {
     guard let reason = expiry else { return nil }
     expiry = nil
     let reset = reset(reason, inbox: nil)
-    return Reset(reason: reset.reason, sequence: reset.sequence, isExpired: true, store: store, storeID: storeID)
+    return Reset(reset.why, sequence: reset.sequence, isExpired: true, store: store, storeID: storeID)
   }
 
   // MARK: Delivery
@@ -168,7 +168,7 @@ final class StoreStream {
     switch entry.changeSet {
     case .success(let changeSet): return .changes(accept(changeSet))
     case .failure(let error):
-      return .reset(reset("change set \(nextSequence) is unreadable in the history: \(error)", inbox: inbox))
+      return .reset(reset(.replayUnreadable(sequence: nextSequence, error: "\(error)"), inbox: inbox))
     }
   }
 
@@ -232,13 +232,12 @@ final class StoreStream {
   /// that says why it cannot be; nil when it is not due after all (it
   /// committed just now, or only forged files claimed it, again).
   private func fromHistory(_ sequence: Int64, inbox: SafeDirectory) -> ListenerEvent? {
-    guard let reader else { return .reset(reset("read-only store '\(store)' has no history", inbox: inbox)) }
+    guard let reader else { return .reset(reset(.noHistory(store: store), inbox: inbox)) }
     do {
       guard let entry = try reader.historyEntry(sequence) else {
         let oldest = try reader.oldestHistorySequence()
         if let oldest, sequence < oldest {
-          return .reset(reset(
-            "change set \(sequence) did not arrive and the history no longer holds it (oldest \(oldest))", inbox: inbox))
+          return .reset(reset(.historyPurged(sequence: sequence, oldest: oldest), inbox: inbox))
         }
         storeSequence = try reader.sequence()
         // Committed between the two reads: the next look finds it.
@@ -246,7 +245,7 @@ final class StoreStream {
         // Not committed: only forged files (or a forged in-process claim)
         // said it was. An act already answered is cleaned up quietly.
         guard hostileActs.continues() else {
-          return .reset(reset("change set \(sequence) did not arrive and is not in the history", inbox: inbox))
+          return .reset(reset(.notInHistory(sequence: sequence), inbox: inbox))
         }
         Logger.groupSync.warning(
           "listener '\(listener)': files of '\(store)' beyond its sequence \(storeSequence) removed (forged, again)")
@@ -260,18 +259,17 @@ final class StoreStream {
         Logger.groupSync.info("listener '\(listener)': change set \(sequence) of '\(store)' read from the history")
         return .changes(accept(changeSet))
       case .failure(let error):
-        return .reset(reset(
-          "change set \(sequence) did not arrive and its history entry is unreadable: \(error)", inbox: inbox))
+        return .reset(reset(.historyEntryUnreadable(sequence: sequence, error: "\(error)"), inbox: inbox))
       }
     } catch {
-      return .reset(reset("change set \(sequence) did not arrive and the history cannot be read: \(error)", inbox: inbox))
+      return .reset(reset(.historyUnreadable(sequence: sequence, error: "\(error)"), inbox: inbox))
     }
   }
 
   /// Logs why (unless the caller did), skips to the store's current
   /// sequence and drops everything up to it; with `inbox`, also the
   /// store's files waiting there.
-  func reset(_ reason: String, inbox: SafeDirectory?, logged: Bool = false) -> Reset {
+  func reset(_ reason: ResetReason, inbox: SafeDirectory?, logged: Bool = false) -> Reset {
     if !logged { Logger.groupSync.error("listener '\(listener)': store '\(store)': \(reason); resetting") }
     // List before reading the sequence: a file appears only after its
     // commit, so every file listed now is at or below the sequence read
@@ -280,7 +278,7 @@ final class StoreStream {
     if let readOnlyFile {
       fileIdentity = readOnlyFile.identityNow
       if let cursor { try? cursor.write(fileIdentity.map(Self.fingerprint) ?? 0) }
-      return Reset(reason: reason, sequence: 0, store: store, storeID: storeID)
+      return Reset(reason, sequence: 0, store: store, storeID: storeID)
     }
     let sample = sampleStore()
     let sequence = sample?.sequence ?? nextSequence
@@ -293,143 +291,7 @@ final class StoreStream {
     lastSample = sample?.isUndecided == false ? sample : nil
     inboxSequences.removeAll()
     moreBeyondWindow = false
-    return Reset(reason: reason, sequence: nextSequence - 1, store: store, storeID: storeID)
-  }
-
-  // MARK: The inbox
-
-  /// Removes the store's files in `inbox` whose sequence `matches`.
-  private func removeInboxFiles(_ inbox: SafeDirectory, where matches: (Int64) -> Bool) {
-    try? inbox.forEachEntry { name in
-      if let (fileStore, sequence) = GroupLayout.storeAndSequence(inFileNameBuffer: name), fileStore == store,
-        matches(sequence)
-      {
-        inbox.remove(name)
-      }
-    }
-  }
-
-  /// Notes a change set found in the inbox.
-  func track(_ sequence: Int64) {
-    if sequence < nextSequence { return }
-    if sequence < nextSequence + Self.window {
-      inboxSequences.insert(sequence)
-    } else {
-      moreBeyondWindow = true
-    }
-  }
-
-  /// Forgets what the inbox held, before a new listing.
-  func forgetInbox() {
-    inboxSequences.removeAll()
-    moreBeyondWindow = false
-  }
-
-  /// Whether the window ran dry while more waits beyond it.
-  var needsRefill: Bool { inboxSequences.isEmpty && moreBeyondWindow }
-
-  /// Whether the next change set is in the inbox.
-  var nextIsInInbox: Bool { inboxSequences.contains(nextSequence) }
-
-  // MARK: Checks on each rescan tick
-
-  /// How far the store is (a writer may have died after COMMIT, before its
-  /// file reached us), and whether a program that does not use GroupSync
-  /// committed (`PRAGMA data_version` moved while the history did not); for
-  /// a read-only store, whether its file was replaced.
-  /// Returns why to reset when so.
-  func checkStore(folder: SafeDirectory) -> String? {
-    if let readOnlyFile {
-      let now = readOnlyFile.identityNow
-      guard now != fileIdentity else { return nil }
-      return now == nil ? "read-only store '\(store)' was removed" : "read-only store '\(store)' was replaced"
-    }
-    guard let sample = sampleStore() else { return nil }
-    storeSequence = sample.sequence
-    // Commits were made while the snapshot was read: look again next tick,
-    // against the same baseline.
-    if sample.isUndecided { return nil }
-    let last = lastSample
-    lastSample = sample
-    guard let last, sample.dataVersion != last.dataVersion, sample.sequence == last.sequence else { return nil }
-    if let commits = sample.commits, commits == last.commits {
-      // The wal-index header changed, yet nobody committed: a checkpoint
-      // restarted the WAL, or a writer did and then rolled back or died.
-      Logger.groupSync.info("listener '\(listener)': '\(store)' moved without a commit (a WAL restart)")
-      return nil
-    }
-    Logger.groupSync.warning("listener '\(listener)': a commit without a change set (foreign writer) seen in '\(store)'")
-    ForeignCommit.record(in: folder, sequence: sample.sequence)
-    return "the store changed without a change set (a program that does not use GroupSync, or VACUUM)"
-  }
-
-  /// What the foreign-writer check compares from one tick to the next.
-  private struct StoreSample {
-    let dataVersion: Int64
-    let sequence: Int64
-    /// The WAL's commit counter as of the snapshot; nil when it cannot be
-    /// read (the check then takes any move of data_version for a commit).
-    let commits: UInt32?
-    /// The counter moved while the snapshot was read, on every try.
-    let isUndecided: Bool
-  }
-
-  /// data_version, the sequence and the commit counter, all as of one
-  /// snapshot: the counter read before and after it agree, so no commit
-  /// fell in between (tried a few times while writers are busy).
-  private func sampleStore() -> StoreSample? {
-    for attempt in 1...4 {
-      guard let sample = try? reader?.sample() else { return nil }
-      if !sample.counterMoved || attempt == 4 {
-        return StoreSample(
-          dataVersion: sample.dataVersion, sequence: sample.sequence, commits: sample.commits,
-          isUndecided: sample.counterMoved)
-      }
-    }
-    return nil
-  }
-
-  enum ReadResult {
-    case success(ChangeSet)
-    case failure(String)
-  }
-
-  /// Reads, checks and removes the next change set's file. nil if it is gone.
-  func readNextInboxFile(_ inbox: SafeDirectory) -> ReadResult? {
-    let sequence = nextSequence
-    let fileName = GroupLayout.fileName(store: store, sequence: sequence)
-    inboxSequences.remove(sequence)
-    defer { inbox.remove(fileName) }
-    let file: FileDescriptor
-    let info: stat
-    do {
-      // No symlink followed, no FIFO waited on, nothing but a regular file.
-      (file, info) = try inbox.openRegularFile(fileName, O_RDONLY)
-    } catch GroupSyncError.system(ENOENT) {
-      return nil
-    } catch {
-      return .failure("cannot open \(fileName): \(error)")
-    }
-    let changeSet: ChangeSet
-    do {
-      guard info.st_size <= options.maximumFileSize else {
-        return .failure("\(fileName) is \(info.st_size) bytes, over the \(options.maximumFileSize)-byte maximum")
-      }
-      let bytes = try System.readAll(file.rawValue, size: Int(info.st_size), path: inbox.path + "/" + fileName)
-      changeSet = try ChangeSetEncoding.decode(bytes, name: fileName)
-    } catch {
-      return .failure("\(error)")
-    }
-    guard changeSet.storeID == storeID else {
-      return .failure("\(fileName) is from store \(changeSet.storeID.uuidString), not \(storeID.uuidString)")
-    }
-    guard changeSet.sequence == sequence else {
-      return .failure("\(fileName) holds sequence \(changeSet.sequence)")
-    }
-    if let unknown = reader?.unknownTable(in: changeSet) {
-      return .failure("\(fileName) names table '\(unknown)', which the store does not have")
-    }
-    return .success(changeSet)
+    return Reset(reason, sequence: nextSequence - 1, store: store, storeID: storeID)
   }
 }
 

@@ -1,0 +1,81 @@
+import Foundation
+
+// The store's change sets waiting in the inbox: which ones, and reading
+// the next one.
+extension StoreSequencer {
+  /// Removes the store's files in `inbox` whose sequence `matches`.
+  func removeInboxFiles(_ inbox: SafeDirectory, where matches: (Int64) -> Bool) {
+    try? inbox.forEachEntry { name in
+      if let (fileStore, sequence) = GroupLayout.storeAndSequence(inFileNameBuffer: name), fileStore == store,
+        matches(sequence)
+      {
+        inbox.remove(name)
+      }
+    }
+  }
+
+  /// Notes a change set found in the inbox.
+  func track(_ sequence: Int64) {
+    if sequence < nextSequence { return }
+    if sequence < nextSequence + Self.window {
+      inboxSequences.insert(sequence)
+    } else {
+      moreBeyondWindow = true
+    }
+  }
+
+  /// Forgets what the inbox held, before a new listing.
+  func forgetInbox() {
+    inboxSequences.removeAll()
+    moreBeyondWindow = false
+  }
+
+  /// Whether the window ran dry while more waits beyond it.
+  var needsRefill: Bool { inboxSequences.isEmpty && moreBeyondWindow }
+
+  /// Whether the next change set is in the inbox.
+  var nextIsInInbox: Bool { inboxSequences.contains(nextSequence) }
+
+  enum ReadResult {
+    case success(ChangeSet)
+    case failure(ResetReason)
+  }
+
+  /// Reads, checks and removes the next change set's file. nil if it is gone.
+  func readNextInboxFile(_ inbox: SafeDirectory) -> ReadResult? {
+    let sequence = nextSequence
+    let fileName = GroupLayout.fileName(store: store, sequence: sequence)
+    inboxSequences.remove(sequence)
+    defer { inbox.remove(fileName) }
+    let file: FileDescriptor
+    let info: stat
+    do {
+      // No symlink followed, no FIFO waited on, nothing but a regular file.
+      (file, info) = try inbox.openRegularFile(fileName, O_RDONLY)
+    } catch GroupSyncError.system(ENOENT) {
+      return nil
+    } catch {
+      return .failure(.fileUnopenable(file: fileName, error: "\(error)"))
+    }
+    let changeSet: ChangeSet
+    do {
+      guard info.st_size <= options.maximumFileSize else {
+        return .failure(.fileTooLarge(file: fileName, size: Int64(info.st_size), maximum: options.maximumFileSize))
+      }
+      let bytes = try System.readAll(file.rawValue, size: Int(info.st_size), path: inbox.path + "/" + fileName)
+      changeSet = try ChangeSetEncoding.decode(bytes, name: fileName)
+    } catch {
+      return .failure(.fileUnreadable(file: fileName, error: "\(error)"))
+    }
+    guard changeSet.storeID == storeID else {
+      return .failure(.fileOfAnotherStore(file: fileName, storeID: changeSet.storeID, expected: storeID))
+    }
+    guard changeSet.sequence == sequence else {
+      return .failure(.fileSequenceMismatch(file: fileName, sequence: changeSet.sequence))
+    }
+    if let unknown = reader?.unknownTable(in: changeSet) {
+      return .failure(.fileUnknownTable(file: fileName, table: "\(unknown)"))
+    }
+    return .success(changeSet)
+  }
+}

@@ -1,0 +1,61 @@
+import Foundation
+import Logging
+
+// Checks of the store on each rescan tick.
+extension StoreSequencer {
+  /// How far the store is (a writer may have died after COMMIT, before its
+  /// file reached us), and whether a program that does not use GroupSync
+  /// committed (`PRAGMA data_version` moved while the history did not); for
+  /// a read-only store, whether its file was replaced.
+  /// Returns why to reset when so.
+  func checkStore(folder: SafeDirectory) -> ResetReason? {
+    if let readOnlyFile {
+      let now = readOnlyFile.identityNow
+      guard now != fileIdentity else { return nil }
+      return now == nil ? .readOnlyStoreRemoved(store: store) : .readOnlyStoreReplaced(store: store)
+    }
+    guard let sample = sampleStore() else { return nil }
+    storeSequence = sample.sequence
+    // Commits were made while the snapshot was read: look again next tick,
+    // against the same baseline.
+    if sample.isUndecided { return nil }
+    let last = lastSample
+    lastSample = sample
+    guard let last, sample.dataVersion != last.dataVersion, sample.sequence == last.sequence else { return nil }
+    if let commits = sample.commits, commits == last.commits {
+      // The wal-index header changed, yet nobody committed: a checkpoint
+      // restarted the WAL, or a writer did and then rolled back or died.
+      Logger.groupSync.info("listener '\(listener)': '\(store)' moved without a commit (a WAL restart)")
+      return nil
+    }
+    Logger.groupSync.warning("listener '\(listener)': a commit without a change set (foreign writer) seen in '\(store)'")
+    ForeignCommit.record(in: folder, sequence: sample.sequence)
+    return .foreignCommit
+  }
+
+  /// What the foreign-writer check compares from one tick to the next.
+  struct StoreSample {
+    let dataVersion: Int64
+    let sequence: Int64
+    /// The WAL's commit counter as of the snapshot; nil when it cannot be
+    /// read (the check then takes any move of data_version for a commit).
+    let commits: UInt32?
+    /// The counter moved while the snapshot was read, on every try.
+    let isUndecided: Bool
+  }
+
+  /// data_version, the sequence and the commit counter, all as of one
+  /// snapshot: the counter read before and after it agree, so no commit
+  /// fell in between (tried a few times while writers are busy).
+  func sampleStore() -> StoreSample? {
+    for attempt in 1...4 {
+      guard let sample = try? reader?.sample() else { return nil }
+      if !sample.counterMoved || attempt == 4 {
+        return StoreSample(
+          dataVersion: sample.dataVersion, sequence: sample.sequence, commits: sample.commits,
+          isUndecided: sample.counterMoved)
+      }
+    }
+    return nil
+  }
+}
