@@ -16,10 +16,10 @@ struct TableShape: Sendable, Equatable {
   /// - Throws: ``RelayError/unsupportedTable(store:table:reason:)`` for a
   ///   WITHOUT ROWID table (no rowid to map a global ID to).
   static func read(_ db: Database, table: String, store: String) throws -> TableShape? {
-    let sql = try String.fetchOne(
-      db, sql: "SELECT sql FROM main.sqlite_schema WHERE type = 'table' AND name = ?", arguments: [table])
-    guard let sql else { return nil }
-    if sql.uppercased().replacingOccurrences(of: " ", with: "").contains("WITHOUTROWID") {
+    let exists = try Bool.fetchOne(
+      db, sql: "SELECT 1 FROM main.sqlite_schema WHERE type = 'table' AND name = ?", arguments: [table]) ?? false
+    guard exists else { return nil }
+    if try TableName(table).isWithoutRowIDTable(in: db) {
       throw RelayError.unsupportedTable(store: store, table: table, reason: "a WITHOUT ROWID table has no rowid to map")
     }
     let rowIDColumn = try db.primaryKey(table, in: "main").rowIDColumn

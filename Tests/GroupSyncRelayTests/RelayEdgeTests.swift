@@ -231,7 +231,7 @@ extension RelayTests {
       let timeouts = RelayTimeouts(lock: .seconds(3), idleInTransaction: .seconds(4))
       let connection = try PostgresConnection(
         conninfo: server.conninfo, timeouts: timeouts, applicationName: "groupsync-relay t")
-      try LogSchema.configureSession(connection, timeouts: timeouts)
+      try SharedLog(connection).configureSession(timeouts: timeouts)
       let shown = try connection.run([
         .init("SHOW lock_timeout"), .init("SHOW idle_in_transaction_session_timeout"), .init("SHOW statement_timeout"),
         .init("SHOW application_name"),
