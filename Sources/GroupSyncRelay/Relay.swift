@@ -37,7 +37,9 @@ public final class Relay: @unchecked Sendable {
   /// What the relay did, in order (the newest 10,000 kept if nobody reads).
   public let events: AsyncStream<RelayEvent>
   private let continuation: AsyncStream<RelayEvent>.Continuation
-  private let handler: (@Sendable (RelayEvent) -> Void)?
+  /// Delivers an event to ``events`` and to the `onEvent` handler: the
+  /// relay's and its stores' one way to tell what they did.
+  private let emit: @Sendable (RelayEvent) -> Void
 
   private let lock = NSLock()
   private var stopping = false
@@ -86,10 +88,15 @@ public final class Relay: @unchecked Sendable {
     }
     try PostgresConnection.validate(conninfo: configuration.conninfo)
     self.configuration = configuration
-    handler = onEvent
     wake = try WakePipe()
     stopSignal = try WakePipe()
-    (events, continuation) = AsyncStream.makeStream(of: RelayEvent.self, bufferingPolicy: .bufferingNewest(10_000))
+    let (events, continuation) = AsyncStream.makeStream(of: RelayEvent.self, bufferingPolicy: .bufferingNewest(10_000))
+    self.events = events
+    self.continuation = continuation
+    emit = { event in
+      continuation.yield(event)
+      onEvent?(event)
+    }
     current = RelayStatus(
       host: configuration.host, group: configuration.group, processID: getpid(), isConnected: false, isLive: true,
       lastError: nil, updatedAtNanoseconds: 0, stores: [])
@@ -121,10 +128,6 @@ public final class Relay: @unchecked Sendable {
         host: configuration.host, group: configuration.group, where: "relays/\(configuration.host).lock is held")
     }
     self.group = group
-    let emit: @Sendable (RelayEvent) -> Void = { [continuation, handler] event in
-      continuation.yield(event)
-      handler?(event)
-    }
     contexts = try configuration.stores.map { name in
       let store = name == "main" ? group.store : try group.store(named: name)
       return try ReplicaContext(
@@ -197,13 +200,13 @@ public final class Relay: @unchecked Sendable {
   private var isStopping: Bool { lock.withLock { stopping } }
 
   private func run() {
-    var delay = Duration.milliseconds(50)
+    var backoff = ReconnectBackoff(maximum: configuration.maximumReconnectDelay)
     var lastError: String?
     while !isStopping {
       if log == nil {
         do {
           try connect()
-          delay = .milliseconds(50)
+          backoff.reset()
           lastError = nil
           logger.info("connected to PostgreSQL as host '\(configuration.host)' of group '\(configuration.group)'")
           emit(.connected(host: configuration.host))
@@ -218,8 +221,7 @@ public final class Relay: @unchecked Sendable {
           lastError = text
           setError(text)
           refreshStatus(force: true)
-          waitForWake(delay)
-          delay = min(delay * 2, configuration.maximumReconnectDelay)
+          waitForWake(backoff.next())
           continue
         }
       }
@@ -251,17 +253,10 @@ public final class Relay: @unchecked Sendable {
             emit(.error(failure.text))
           }
         } else {
-          // The link is dead or in doubt: drop the session (the server
-          // rolls back what it held) and reconnect.
-          log = nil
-          setConnected(false)
-          if !repeated {
-            logger.warning("lost the connection to PostgreSQL: \(failure.text)")
-            emit(.disconnected(reason: failure.text))
-          }
+          // The link is dead or in doubt: reconnect.
+          dropSession(failure.text, tell: !repeated)
           refreshStatus(force: true)
-          waitForWake(delay)
-          delay = min(delay * 2, configuration.maximumReconnectDelay)
+          waitForWake(backoff.next())
           continue
         }
       } else {
@@ -412,13 +407,20 @@ public final class Relay: @unchecked Sendable {
       do {
         _ = try log.notifications()
       } catch {
-        logger.warning("lost the connection to PostgreSQL: \(error)")
-        emit(.disconnected(reason: "\(error)"))
-        self.log = nil
-        setConnected(false)
-        needsRecovery = true
+        dropSession("\(error)", tell: true)
       }
     }
+  }
+
+  /// Drops the session (the server rolls back what it held and frees
+  /// the host's lock) and tells why, unless it just did.
+  private func dropSession(_ reason: String, tell: Bool) {
+    log = nil
+    setConnected(false)
+    needsRecovery = true
+    guard tell else { return }
+    logger.warning("lost the connection to PostgreSQL: \(reason)")
+    emit(.disconnected(reason: reason))
   }
 
   private func ringWake() { wake.ring() }
@@ -437,11 +439,6 @@ public final class Relay: @unchecked Sendable {
     finished = true
     finishedCondition.broadcast()
     finishedCondition.unlock()
-  }
-
-  private func emit(_ event: RelayEvent) {
-    continuation.yield(event)
-    handler?(event)
   }
 
   private func setError(_ text: String?) { lock.withLock { current.lastError = text } }
