@@ -92,11 +92,12 @@ struct Shipper {
       var assigned: [String: [Int64: String]] = [:]
       for table in tables.sorted() {
         let shape: TableShape
-        do {
-          guard let read = try TableShape.read(db, table: table, store: context.storeName) else { continue }
-          shape = read
-        } catch let error as RelayError {
-          plan.unsupported.append(error)
+        switch try TableShape.lookUp(db, table: table) {
+        case .table(let found): shape = found
+        case .none: continue
+        case .withoutRowID:
+          // Told, and the other tables ship.
+          plan.unsupported.append(TableShape.unsupported(table, store: context.storeName))
           continue
         }
         let whole = pending.everything || pending.wholeTables.contains(table)
