@@ -36,8 +36,7 @@ struct Applier {
     // holds the entry this host applied there.
     guard
       let window = try log.window(
-        group: context.group, store: context.storeName, from: max(applied, 1), limit: Self.batchSize + 1,
-        bodiesAfter: applied)
+        context.replica, from: max(applied, 1), limit: Self.batchSize + 1, bodiesAfter: applied)
     else { return false }
     let head = window.head, purged = window.purged
     context.logHead = head
@@ -500,7 +499,7 @@ struct Applier {
   /// the log's current image.
   func resync(_ log: SharedLog, reason: String, diverged: Bool = false) throws {
     let context = self.context
-    let snapshot = try log.snapshot(group: context.group, store: context.storeName)
+    let snapshot = try log.snapshot(context.replica)
     let head = snapshot.head, headOrigin = snapshot.headOrigin
     var rowCount = 0
     try context.store.write { db in

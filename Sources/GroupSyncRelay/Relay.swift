@@ -461,8 +461,7 @@ public final class Relay: @unchecked Sendable {
       }) ?? (0, 0, 0)
       var lagSeconds = 0.0
       if context.logHead > context.place.applied, let log, log.isConnected {
-        lagSeconds =
-          (try? log.lagSeconds(group: context.group, store: context.storeName, after: context.place.applied)) ?? 0
+        lagSeconds = (try? log.lagSeconds(context.replica, after: context.place.applied)) ?? 0
       }
       stores.append(
         .init(

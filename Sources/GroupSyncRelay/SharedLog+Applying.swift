@@ -20,10 +20,10 @@ extension SharedLog {
     let body: String?
   }
 
-  /// In one statement, so one snapshot: the clock row of `store`, and at
-  /// most `limit` entries from position `from` on, with the bodies of
-  /// those after `bodiesAfter` (nil when the store has no clock row).
-  func window(group: String, store: String, from: Int64, limit: Int, bodiesAfter: Int64) throws -> Window? {
+  /// In one statement, so one snapshot: the clock row of `replica`'s
+  /// store, and at most `limit` entries from position `from` on, with the
+  /// bodies of those after `bodiesAfter` (nil when there is no clock row).
+  func window(_ replica: Replica, from: Int64, limit: Int, bodiesAfter: Int64) throws -> Window? {
     let rows = try connection.execute(
       """
       SELECT k.seq, k.purged_through, c.seq, c.origin_host, c.origin_seq, c.body
@@ -32,7 +32,7 @@ extension SharedLog {
         WHERE grp = k.grp AND store = k.store AND seq >= $3 ORDER BY seq LIMIT $4) c ON true
       WHERE k.grp = $1 AND k.store = $2
       """,
-      [group, store, String(from), String(limit), String(bodiesAfter)])
+      [replica.group, replica.store, String(from), String(limit), String(bodiesAfter)])
     guard let clock = rows.first, let head = Self.integer(clock[0]) else { return nil }
     var entries: [StoredEntry] = []
     for row in rows {
@@ -50,8 +50,8 @@ extension SharedLog {
       [replica.group, replica.store, replica.host, String(position)])
   }
 
-  /// The rows' current images of one store and the log's head, read in
-  /// one read-only snapshot, to re-synchronise from.
+  /// The rows' current images of `replica`'s store and the log's head,
+  /// read in one read-only snapshot, to re-synchronise from.
   struct Snapshot: Sendable {
     let head: Int64
     /// The origin of the entry at the head (nil: none, or purged).
@@ -70,8 +70,10 @@ extension SharedLog {
     let data: String?
   }
 
-  func snapshot(group: String, store: String) throws -> Snapshot {
-    let keys: [String?] = [group, store]
+  /// Reads `replica`'s store whole: a read-only `REPEATABLE READ`
+  /// transaction, so the head and the rows are one snapshot.
+  func snapshot(_ replica: Replica) throws -> Snapshot {
+    let keys: [String?] = [replica.group, replica.store]
     return try connection.transaction {
       try connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
       let clock = try connection.execute(
@@ -93,14 +95,14 @@ extension SharedLog {
     }
   }
 
-  /// How long ago the oldest entry of `store` after `applied` committed,
-  /// in seconds (nil when there is none).
-  func lagSeconds(group: String, store: String, after applied: Int64) throws -> Double? {
+  /// How long ago the oldest entry of `replica`'s store after `applied`
+  /// committed, in seconds (nil when there is none).
+  func lagSeconds(_ replica: Replica, after applied: Int64) throws -> Double? {
     let rows = try connection.execute(
       """
       SELECT extract(epoch from clock_timestamp() - committed_at) FROM gs_change
       WHERE grp = $1 AND store = $2 AND seq > $3 ORDER BY seq LIMIT 1
-      """, [group, store, String(applied)])
+      """, [replica.group, replica.store, String(applied)])
     return rows.first.flatMap { $0[0] }.flatMap { Double($0) }
   }
 }
