@@ -24,51 +24,43 @@ struct Applier {
   /// Applies what the log holds past the applied place; returns whether
   /// anything was applied.
   @discardableResult
-  func apply(_ connection: PostgresConnection) throws -> Bool {
+  func apply(_ log: SharedLog) throws -> Bool {
     let context = self.context
     if let reason = context.divergence {
-      try resync(connection, reason: reason, diverged: true)
+      try resync(log, reason: reason, diverged: true)
       return true
     }
     let applied = context.place.applied
-    // One statement, so one snapshot: the clock row, and the entries from
-    // the applied place on. The applied entry itself comes too, to check
-    // that the log still holds the entry this host applied there.
-    let rows = try connection.execute(
-      """
-      SELECT k.seq, k.purged_through, c.seq, c.origin_host, c.origin_seq, c.body
-      FROM gs_clock k LEFT JOIN LATERAL (
-        SELECT seq, origin_host, origin_seq, CASE WHEN seq > $5 THEN body END AS body FROM gs_change
-        WHERE grp = k.grp AND store = k.store AND seq >= $3 ORDER BY seq LIMIT $4) c ON true
-      WHERE k.grp = $1 AND k.store = $2
-      """,
-      [context.group, context.storeName, String(max(applied, 1)), String(Self.batchSize + 1), String(applied)])
-    guard let clock = rows.first, let head = clock[0].flatMap({ Int64($0) }) else { return false }
-    let purged = clock[1].flatMap { Int64($0) } ?? 0
+    // One snapshot: the clock row, and the entries from the applied place
+    // on. The applied entry itself comes too, to check that the log still
+    // holds the entry this host applied there.
+    guard
+      let window = try log.window(
+        context.replica, from: max(applied, 1), limit: Self.batchSize + 1, bodiesAfter: applied)
+    else { return false }
+    let head = window.head, purged = window.purged
     context.logHead = head
     var entries: [(position: Int64, origin: String, originSequence: Int64, entry: LogEntry)] = []
     var atPlace: EntryOrigin?
     var expected = applied + 1
-    for row in rows {
-      guard let position = row[2].flatMap({ Int64($0) }), let origin = row[3],
-        let originSequence = row[4].flatMap({ Int64($0) })
-      else { break }
-      if position == applied {
+    for stored in window.entries {
+      if stored.position == applied {
         // Its body stays on the server: only its origin is checked.
-        atPlace = EntryOrigin(host: origin, sequence: originSequence)
+        atPlace = stored.origin
         continue
       }
-      guard position == expected, let body = row[5] else { break }
+      guard stored.position == expected, let body = stored.body else { break }
       entries.append(
-        (position, origin, originSequence, try LogEntry.decode(body, store: context.storeName, sequence: position)))
+        (stored.position, stored.origin.host, stored.origin.sequence,
+         try LogEntry.decode(body, store: context.storeName, sequence: stored.position)))
       expected += 1
     }
     if let reason = Self.divergence(place: context.place, head: head, purged: purged, entryAtPlace: atPlace) {
-      try resync(connection, reason: reason, diverged: true)
+      try resync(log, reason: reason, diverged: true)
       return true
     }
     if applied < purged {
-      try resync(connection, reason: "this host's place \(applied) was purged (log kept from \(purged + 1))")
+      try resync(log, reason: "this host's place \(applied) was purged (log kept from \(purged + 1))")
       return true
     }
     if entries.isEmpty {
@@ -131,9 +123,7 @@ struct Applier {
       context.conflicts += Int64(entry.conflicts.count)
       for conflict in entry.conflicts { context.emit(.conflict(conflict)) }
     }
-    try connection.execute(
-      "UPDATE gs_host SET applied_seq = $4, seen_at = now() WHERE grp = $1 AND store = $2 AND host = $3",
-      [context.group, context.storeName, context.host, String(last.position)])
+    try log.recordApplied(context.replica, through: last.position)
     return true
   }
 
@@ -507,26 +497,10 @@ struct Applier {
   /// did not change is deleted (it came from a lost entry: its origin ships
   /// it again); a row changed here keeps its values and ships as made on
   /// the log's current image.
-  func resync(_ connection: PostgresConnection, reason: String, diverged: Bool = false) throws {
+  func resync(_ log: SharedLog, reason: String, diverged: Bool = false) throws {
     let context = self.context
-    let keys: [String?] = [context.group, context.storeName]
-    let (head, headOrigin, rows) = try connection.transaction { () -> (Int64, EntryOrigin?, [[String?]]) in
-      try connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-      let clock = try connection.execute(
-        """
-        SELECT k.seq, c.origin_host, c.origin_seq FROM gs_clock k
-        LEFT JOIN gs_change c ON c.grp = k.grp AND c.store = k.store AND c.seq = k.seq
-        WHERE k.grp = $1 AND k.store = $2
-        """, keys)
-      let head = clock.first.flatMap { $0[0] }.flatMap { Int64($0) } ?? 0
-      let origin = clock.first.flatMap { row -> EntryOrigin? in
-        guard let host = row[1], let sequence = row[2].flatMap({ Int64($0) }) else { return nil }
-        return EntryOrigin(host: host, sequence: sequence)
-      }
-      let rows = try connection.execute(
-        "SELECT tbl, gid, seq, columns, data FROM gs_row WHERE grp = $1 AND store = $2 ORDER BY seq, tbl, gid", keys)
-      return (head, origin, rows)
-    }
+    let snapshot = try log.snapshot(context.replica)
+    let head = snapshot.head, headOrigin = snapshot.headOrigin
     var rowCount = 0
     try context.store.write { db in
       db.clearSchemaCache()
@@ -538,13 +512,11 @@ struct Applier {
       }
       var shapes: [String: TableShape?] = [:]
       var known: [String: Set<String>] = [:]
-      for row in rows {
-        guard let table = row[0], let gid = row[1], let position = row[2].flatMap({ Int64($0) }),
-          let columnsText = row[3]
-        else { continue }
+      for row in snapshot.rows {
+        let table = row.table, gid = row.gid, position = row.position
         known[table, default: []].insert(gid)
-        let columns = try JSONDecoder().decode([String].self, from: Data(columnsText.utf8))
-        let values = try row[4].map { try JSONDecoder().decode([RowValue].self, from: Data($0.utf8)) }
+        let columns = try JSONDecoder().decode([String].self, from: Data(row.columns.utf8))
+        let values = try row.data.map { try JSONDecoder().decode([RowValue].self, from: Data($0.utf8)) }
         let image = RowImage(gid: gid, rowID: nil, base: 0, values: values, lost: nil)
         let outcome = try applyImage(image, table: table, columns: columns, position: position, pass: pass, db, &shapes)
         if outcome == .changed {

@@ -261,7 +261,7 @@ final class PostgresConnection: @unchecked Sendable {
 
   private func serverError(_ result: OpaquePointer) -> RelayError {
     let message = String(cString: PQresultErrorMessage(result))
-    let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+    let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { SQLState(rawValue: String(cString: $0)) }
     return RelayError.postgres(
       call: "PQgetResult", message: message.isEmpty ? String(cString: PQerrorMessage(connection)) : message,
       sqlState: state)

@@ -37,7 +37,9 @@ public final class Relay: @unchecked Sendable {
   /// What the relay did, in order (the newest 10,000 kept if nobody reads).
   public let events: AsyncStream<RelayEvent>
   private let continuation: AsyncStream<RelayEvent>.Continuation
-  private let handler: (@Sendable (RelayEvent) -> Void)?
+  /// Delivers an event to ``events`` and to the `onEvent` handler: the
+  /// relay's and its stores' one way to tell what they did.
+  private let emit: @Sendable (RelayEvent) -> Void
 
   private let lock = NSLock()
   private var stopping = false
@@ -49,7 +51,7 @@ public final class Relay: @unchecked Sendable {
   // The relay thread's own.
   private var group: GroupFolder?
   private var contexts: [ReplicaContext] = []
-  private var connection: PostgresConnection?
+  private var log: SharedLog?
   private var needsRecovery = true
   private let wake: WakePipe
   /// Rung once by ``stop()`` and never drained: every wait on the server
@@ -86,10 +88,15 @@ public final class Relay: @unchecked Sendable {
     }
     try PostgresConnection.validate(conninfo: configuration.conninfo)
     self.configuration = configuration
-    handler = onEvent
     wake = try WakePipe()
     stopSignal = try WakePipe()
-    (events, continuation) = AsyncStream.makeStream(of: RelayEvent.self, bufferingPolicy: .bufferingNewest(10_000))
+    let (events, continuation) = AsyncStream.makeStream(of: RelayEvent.self, bufferingPolicy: .bufferingNewest(10_000))
+    self.events = events
+    self.continuation = continuation
+    emit = { event in
+      continuation.yield(event)
+      onEvent?(event)
+    }
     current = RelayStatus(
       host: configuration.host, group: configuration.group, processID: getpid(), isConnected: false, isLive: true,
       lastError: nil, updatedAtNanoseconds: 0, stores: [])
@@ -121,10 +128,6 @@ public final class Relay: @unchecked Sendable {
         host: configuration.host, group: configuration.group, where: "relays/\(configuration.host).lock is held")
     }
     self.group = group
-    let emit: @Sendable (RelayEvent) -> Void = { [continuation, handler] event in
-      continuation.yield(event)
-      handler?(event)
-    }
     contexts = try configuration.stores.map { name in
       let store = name == "main" ? group.store : try group.store(named: name)
       return try ReplicaContext(
@@ -197,18 +200,18 @@ public final class Relay: @unchecked Sendable {
   private var isStopping: Bool { lock.withLock { stopping } }
 
   private func run() {
-    var delay = Duration.milliseconds(50)
+    var backoff = ReconnectBackoff(maximum: configuration.maximumReconnectDelay)
     var lastError: String?
     while !isStopping {
-      if connection == nil {
+      if log == nil {
         do {
           try connect()
-          delay = .milliseconds(50)
+          backoff.reset()
           lastError = nil
           logger.info("connected to PostgreSQL as host '\(configuration.host)' of group '\(configuration.group)'")
           emit(.connected(host: configuration.host))
         } catch {
-          connection = nil
+          log = nil
           if isStopping { break }
           let text = "\(error)"
           if text != lastError {
@@ -218,48 +221,47 @@ public final class Relay: @unchecked Sendable {
           lastError = text
           setError(text)
           refreshStatus(force: true)
-          waitForWake(delay)
-          delay = min(delay * 2, configuration.maximumReconnectDelay)
+          waitForWake(backoff.next())
           continue
         }
       }
+      // Why the pass stopped short, and whether the session survives it.
+      let failure: (text: String, keepsSession: Bool)?
       do {
-        try pass()
-        if lastError != nil { setError(nil) }
-        lastError = nil
+        switch try pass() {
+        case .done: failure = nil
+        case .recover(let reason): failure = ("\(reason)", true)
+        }
       } catch {
-        if isStopping { break }
-        let text = "\(error)"
-        let repeated = text == lastError
-        lastError = text
-        setError(text)
-        needsRecovery = true
         // A local error (the store's) says nothing about the link.
-        let usable = (error as? RelayError)?.leavesConnectionUsable ?? true
-        if usable, let connection, connection.isConnected {
+        failure = ("\(error)", (error as? RelayError)?.leavesConnectionUsable ?? true)
+      }
+      if let failure {
+        if isStopping { break }
+        let repeated = failure.text == lastError
+        lastError = failure.text
+        setError(failure.text)
+        needsRecovery = true
+        if failure.keepsSession, let log, log.isConnected {
           // The server refused one statement and rolled it back (a lock
           // another host holds), or this host refused an entry or could
-          // not write its store: keep the session, try again on the next
-          // pass.
-          connection.rollBackQuietly()
+          // not write its store, or must read its places back: keep the
+          // session, try again on the next pass.
+          log.rollBackQuietly()
           if !repeated {
-            logger.error("\(text)")
-            emit(.error(text))
+            logger.error("\(failure.text)")
+            emit(.error(failure.text))
           }
         } else {
-          // The link is dead or in doubt: drop the session (the server
-          // rolls back what it held) and reconnect.
-          connection = nil
-          setConnected(false)
-          if !repeated {
-            logger.warning("lost the connection to PostgreSQL: \(text)")
-            emit(.disconnected(reason: text))
-          }
+          // The link is dead or in doubt: reconnect.
+          dropSession(failure.text, tell: !repeated)
           refreshStatus(force: true)
-          waitForWake(delay)
-          delay = min(delay * 2, configuration.maximumReconnectDelay)
+          waitForWake(backoff.next())
           continue
         }
+      } else {
+        if lastError != nil { setError(nil) }
+        lastError = nil
       }
       refreshStatus(force: false)
       waitForWake(configuration.pollInterval)
@@ -277,35 +279,49 @@ public final class Relay: @unchecked Sendable {
   }
 
   private func connect() throws {
-    let connection = try PostgresConnection(
-      conninfo: configuration.conninfo, timeouts: configuration.timeouts,
-      applicationName: "groupsync-relay \(configuration.host)", stop: stopSignal)
-    try LogSchema.configureSession(connection, timeouts: configuration.timeouts)
-    try LogSchema.setUp(connection)
-    try LogSchema.lockHost(connection, group: configuration.group, host: configuration.host)
-    try connection.execute("LISTEN \(LogSchema.channel)")
-    self.connection = connection
+    let log = SharedLog(
+      try PostgresConnection(
+        conninfo: configuration.conninfo, timeouts: configuration.timeouts,
+        applicationName: "groupsync-relay \(configuration.host)", stop: stopSignal))
+    try log.configureSession(timeouts: configuration.timeouts)
+    try log.createTables()
+    try log.lockHost(group: configuration.group, host: configuration.host)
+    try log.listen()
+    self.log = log
     needsRecovery = true
     setConnected(true)
   }
 
+  /// How a pass ended.
+  private enum PassOutcome {
+    /// It did all it could.
+    case done
+    /// It stopped short: the next pass recovers first.
+    case recover(RecoveryReason)
+  }
+
   /// One pass: recover if needed, ship everything pending, apply
   /// everything the log holds.
-  private func pass() throws {
-    guard let connection else { throw RelayError.disconnected(reason: "no connection") }
+  private func pass() throws -> PassOutcome {
+    guard let log else { throw RelayError.disconnected(reason: "no connection") }
     if needsRecovery {
-      for context in contexts { try recover(context, connection) }
+      for context in contexts { try recover(context, log) }
       needsRecovery = false
     }
     // A store whose log diverged re-synchronises before anything ships, so
     // that shipments carry positions the log holds.
-    for context in contexts where context.divergence != nil { try Applier(context: context).apply(connection) }
+    for context in contexts where context.divergence != nil { try Applier(context: context).apply(log) }
     // After a migration here: its new columns filled in before anything ships.
     for context in contexts { try Applier(context: context).reconcileSchema() }
     for context in contexts {
-      while try Shipper(context: context).ship(connection) {
-        failpoints.shipmentCommitted()
-        if isStopping { return }
+      shipping: while true {
+        switch try Shipper(context: context).ship(log) {
+        case .nothing: break shipping
+        case .shipped:
+          failpoints.shipmentCommitted()
+          if isStopping { return .done }
+        case .recover(let reason): return .recover(reason)
+        }
       }
     }
     // A store whose entry is refused (schema) does not hold up the others;
@@ -313,14 +329,15 @@ public final class Relay: @unchecked Sendable {
     var refused: (any Error)?
     for context in contexts {
       do {
-        while try Applier(context: context).apply(connection) {
-          if isStopping { return }
+        while try Applier(context: context).apply(log) {
+          if isStopping { return .done }
         }
       } catch where Self.isLocal(error) {
         refused = refused ?? error
       }
     }
     if let refused { throw refused }
+    return .done
   }
 
   /// After a (re)connect, this host's shipped place on the server and
@@ -333,25 +350,13 @@ public final class Relay: @unchecked Sendable {
   ///   or a restored backup). The shipped place moves back to the
   ///   server's, so that those change sets ship again from this store, and
   ///   the next pass re-synchronises as after a divergence.
-  private func recover(_ context: ReplicaContext, _ connection: PostgresConnection) throws {
-    let keys: [String?] = [context.group, context.storeName, context.host]
-    let results = try connection.run([
-      .init("INSERT INTO gs_host(grp, store, host) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", keys),
-      .init("INSERT INTO gs_clock(grp, store) VALUES ($1, $2) ON CONFLICT DO NOTHING", [context.group, context.storeName]),
-      .init("SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3", keys),
-      .init(
-        """
-        SELECT k.seq, k.purged_through, c.origin_host, c.origin_seq FROM gs_clock k
-        LEFT JOIN gs_change c ON c.grp = k.grp AND c.store = k.store AND c.seq = $3
-        WHERE k.grp = $1 AND k.store = $2
-        """, [context.group, context.storeName, String(context.place.applied)]),
-    ])
-    if let clock = results[3].first, let head = clock[0].flatMap({ Int64($0) }) {
-      let found = clock[2].flatMap { host in clock[3].flatMap { Int64($0) }.map { EntryOrigin(host: host, sequence: $0) } }
+  private func recover(_ context: ReplicaContext, _ log: SharedLog) throws {
+    let enrollment = try log.enroll(context.replica, place: context.place.applied)
+    if let clock = enrollment.clock {
       context.divergence = Applier.divergence(
-        place: context.place, head: head, purged: clock[1].flatMap { Int64($0) } ?? 0, entryAtPlace: found)
+        place: context.place, head: clock.head, purged: clock.purged, entryAtPlace: clock.entryAtPlace)
     }
-    let shipped = results[2].first.flatMap { $0[0] }.flatMap { Int64($0) } ?? 0
+    let shipped = enrollment.shipped
     if shipped < context.place.lastShipment {
       let lost = context.place.lastShipment
       try context.store.write { db in
@@ -369,14 +374,8 @@ public final class Relay: @unchecked Sendable {
       return
     }
     guard shipped > context.place.lastShipment else { return }
-    let own = try connection.execute(
-      """
-      SELECT seq, body FROM gs_change WHERE grp = $1 AND store = $2 AND origin_host = $3 AND origin_seq > $4
-      ORDER BY seq
-      """, keys + [String(context.place.lastShipment)])
-    let entries = try own.compactMap { row -> (Int64, LogEntry)? in
-      guard let position = row[0].flatMap({ Int64($0) }), let body = row[1] else { return nil }
-      return (position, try LogEntry.decode(body, store: context.storeName, sequence: position))
+    let entries = try log.ownEntries(context.replica, after: context.place.lastShipment).map { own in
+      (own.position, try LogEntry.decode(own.body, store: context.storeName, sequence: own.position))
     }
     try context.store.write { db in
       for (position, entry) in entries { try Shipper.recordWinners(entry, position: position, db) }
@@ -393,35 +392,42 @@ public final class Relay: @unchecked Sendable {
   /// notification libpq already read (while a statement ran) counts at
   /// once: the socket will not show it again.
   private func waitForWake(_ timeout: Duration) {
-    if let connection, connection.isConnected, let queued = try? connection.notifications(), !queued.isEmpty {
+    if let log, log.isConnected, let queued = try? log.notifications(), !queued.isEmpty {
       return
     }
     var fds = [pollfd(fd: wake.readEnd, events: Int16(POLLIN), revents: 0)]
-    if let connection, connection.isConnected, connection.socket >= 0 {
-      fds.append(pollfd(fd: connection.socket, events: Int16(POLLIN), revents: 0))
+    if let log, log.isConnected, log.socket >= 0 {
+      fds.append(pollfd(fd: log.socket, events: Int16(POLLIN), revents: 0))
     }
     let milliseconds = Int32(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
     let ready = poll(&fds, nfds_t(fds.count), max(milliseconds, 1))
     guard ready > 0 else { return }
     if fds[0].revents != 0 { wake.drain() }
-    if fds.count > 1, fds[1].revents != 0, let connection {
+    if fds.count > 1, fds[1].revents != 0, let log {
       do {
-        _ = try connection.notifications()
+        _ = try log.notifications()
       } catch {
-        logger.warning("lost the connection to PostgreSQL: \(error)")
-        emit(.disconnected(reason: "\(error)"))
-        self.connection = nil
-        setConnected(false)
-        needsRecovery = true
+        dropSession("\(error)", tell: true)
       }
     }
+  }
+
+  /// Drops the session (the server rolls back what it held and frees
+  /// the host's lock) and tells why, unless it just did.
+  private func dropSession(_ reason: String, tell: Bool) {
+    log = nil
+    setConnected(false)
+    needsRecovery = true
+    guard tell else { return }
+    logger.warning("lost the connection to PostgreSQL: \(reason)")
+    emit(.disconnected(reason: reason))
   }
 
   private func ringWake() { wake.ring() }
 
   private func shutDown() {
     doorbell?.close()
-    connection = nil
+    log = nil
     setConnected(false)
     refreshStatus(force: true)
     contexts = []
@@ -433,11 +439,6 @@ public final class Relay: @unchecked Sendable {
     finished = true
     finishedCondition.broadcast()
     finishedCondition.unlock()
-  }
-
-  private func emit(_ event: RelayEvent) {
-    continuation.yield(event)
-    handler?(event)
   }
 
   private func setError(_ text: String?) { lock.withLock { current.lastError = text } }
@@ -454,19 +455,13 @@ public final class Relay: @unchecked Sendable {
     for context in contexts {
       let local = (try? context.store.read { db -> (Int64, Int64, Int64) in
         let sequence = try context.store.currentSequence(in: db)
-        let unshipped = try Int64.fetchOne(
-          db, sql: "SELECT count(*) FROM groupsync_history WHERE seq > ? AND author IS NOT ?",
-          arguments: [context.place.shipped, context.author]) ?? 0
+        let unshipped = try context.store.changeSetCount(
+          after: context.place.shipped, notWrittenBy: context.author, in: db)
         return (sequence, unshipped, try HeldRows.count(db))
       }) ?? (0, 0, 0)
       var lagSeconds = 0.0
-      if context.logHead > context.place.applied, let connection, connection.isConnected {
-        let rows = try? connection.execute(
-          """
-          SELECT extract(epoch from clock_timestamp() - committed_at) FROM gs_change
-          WHERE grp = $1 AND store = $2 AND seq > $3 ORDER BY seq LIMIT 1
-          """, [context.group, context.storeName, String(context.place.applied)])
-        lagSeconds = rows?.first.flatMap { $0[0] }.flatMap { Double($0) } ?? 0
+      if context.logHead > context.place.applied, let log, log.isConnected {
+        lagSeconds = (try? log.lagSeconds(context.replica, after: context.place.applied)) ?? 0
       }
       stores.append(
         .init(

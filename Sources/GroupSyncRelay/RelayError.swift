@@ -4,7 +4,7 @@ import Foundation
 public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
   /// A libpq call failed: `call` names it, `message` is the server's or
   /// libpq's text, `sqlState` the SQLSTATE when the server sent one.
-  case postgres(call: String, message: String, sqlState: String?)
+  case postgres(call: String, message: String, sqlState: SQLState?)
   /// The connection to PostgreSQL is down (it never came up, or it broke).
   case disconnected(reason: String)
   /// Another relay holds this host's place in the group: locally (the
@@ -39,9 +39,9 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
     switch self {
     case .schemaMismatch, .unsupportedTable, .invalidEntry: true
     case .postgres(_, _, let state?):
-      // Class 08 is a connection exception, 57P0x the server shutting the
-      // session down, XX000 an internal error: start over.
-      !state.hasPrefix("08") && !state.hasPrefix("57P") && state != "XX000"
+      // The connection broke, the server ends the session, or it failed
+      // inside: start over.
+      !state.isConnectionException && !state.endsSession && state != .internalError
     default: false
     }
   }

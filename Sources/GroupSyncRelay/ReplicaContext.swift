@@ -13,6 +13,8 @@ final class ReplicaContext: @unchecked Sendable {
   let storeName: String
   let group: String
   let host: String
+  /// The key of this host's replica of the store in the shared log.
+  var replica: SharedLog.Replica { SharedLog.Replica(group: group, store: storeName, host: host) }
   let policy: ConflictPolicy
   /// The author label of the relay's own local writes: change sets with it
   /// came from the log and are never shipped back.

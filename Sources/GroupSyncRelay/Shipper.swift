@@ -26,21 +26,37 @@ struct Shipper {
     var warnings: [String] = []
   }
 
-  /// Ships what is pending; returns whether anything went to the log.
-  @discardableResult
-  func ship(_ connection: PostgresConnection) throws -> Bool {
-    guard let plan = try makePlan() else { return false }
+  /// What one call of ``ship(_:)`` did.
+  enum Shipment: Equatable {
+    /// Nothing was pending (or only the relay's own writes).
+    case nothing
+    /// A shipment went to the log.
+    case shipped
+    /// The log already holds this host's shipments past its shipped place
+    /// here: the relay recovers (reads its place back) before it ships.
+    case recover(RecoveryReason)
+  }
+
+  /// Ships what is pending.
+  func ship(_ log: SharedLog) throws -> Shipment {
+    guard let plan = try makePlan() else { return .nothing }
     for error in plan.unsupported { context.emit(.error(error.description)) }
     for warning in plan.warnings { context.emit(.error(warning)) }
     guard plan.changeSets > 0 else {
       // Only the relay's own writes since the last shipment: nothing to
       // send; the place moves on in memory (and with the next shipment).
       context.place.shipped = plan.through
-      return false
+      return .nothing
     }
-    let outcome = try send(plan, connection)
-    try recordShipped(plan: plan, outcome: outcome)
-    return true
+    switch try send(plan, log) {
+    case .alreadyShipped(let shipped):
+      // A relay killed after COMMIT: catch up from the log (Relay does it
+      // on every connect), then ship what is left.
+      return .recover(.alreadyShipped(store: context.storeName, through: shipped))
+    case .shipped(let position, let entry):
+      try recordShipped(plan: plan, position: position, entry: entry)
+      return .shipped
+    }
   }
 
   /// Reads the unshipped rows in one read snapshot, and gives new rows
@@ -76,11 +92,12 @@ struct Shipper {
       var assigned: [String: [Int64: String]] = [:]
       for table in tables.sorted() {
         let shape: TableShape
-        do {
-          guard let read = try TableShape.read(db, table: table, store: context.storeName) else { continue }
-          shape = read
-        } catch let error as RelayError {
-          plan.unsupported.append(error)
+        switch try TableShape.lookUp(db, table: table) {
+        case .table(let found): shape = found
+        case .none: continue
+        case .withoutRowID:
+          // Told, and the other tables ship.
+          plan.unsupported.append(TableShape.unsupported(table, store: context.storeName))
           continue
         }
         let whole = pending.everything || pending.wholeTables.contains(table)
@@ -161,103 +178,46 @@ struct Shipper {
   /// One shipment, in two round trips, so that the store's clock row is
   /// never locked while the server waits for this host:
   ///
-  /// 1. `BEGIN`, lock this host's row of `gs_host` (its shipped place) and
-  ///    the rows of `gs_row` the shipment writes, and read their images;
-  /// 2. settle each image against them here, then in one statement take
-  ///    the next position (`UPDATE gs_clock … RETURNING seq`: the row lock
-  ///    orders shippers, so positions are gapless and in commit order),
-  ///    record the winners, append the entry and its conflicts, move the
-  ///    shipped place, purge what retention lets go and ring the doorbell;
-  ///    `COMMIT` in the same pipeline.
+  /// 1. lock this host's shipped place and the rows of `gs_row` the
+  ///    shipment writes, and read their images
+  ///    (``SharedLog/beginShipment(_:targets:)``);
+  /// 2. settle each image against them here, then take the next position,
+  ///    record the winners, append the entry and its conflicts and move
+  ///    the shipped place, through `COMMIT`
+  ///    (``SharedLog/finishShipment(_:_:)``).
   ///
   /// The server runs the second batch through COMMIT without waiting for
   /// the client: a host cut off or frozen at any instant holds no clock
   /// lock, and the row locks of step 1 at most until the server's
   /// `idle_in_transaction_session_timeout` ends its session.
-  private func send(_ plan: Plan, _ connection: PostgresConnection) throws -> Outcome {
+  private func send(_ plan: Plan, _ log: SharedLog) throws -> Outcome {
     let context = self.context
-    let keys: [String?] = [context.group, context.storeName, context.host]
     let targets = plan.tables.flatMap { table in table.rows.map { (table: table.name, gid: $0.gid) } }
     do {
-      let opening = try connection.run([
-        .init("BEGIN"),
-        .init("SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3 FOR UPDATE", keys),
-        .init(
-          """
-          SELECT r.tbl, r.gid, r.seq, r.origin_host, r.columns, r.data
-          FROM gs_row r JOIN unnest($3::text[], $4::text[]) AS w(tbl, gid) ON r.tbl = w.tbl AND r.gid = w.gid
-          WHERE r.grp = $1 AND r.store = $2 ORDER BY r.tbl, r.gid FOR UPDATE OF r
-          """,
-          [context.group, context.storeName, PostgresArray.literal(targets.map(\.table)),
-           PostgresArray.literal(targets.map(\.gid))]),
-      ])
-      let shippedPlace = opening[1].first.flatMap { $0[0] }.flatMap { Int64($0) } ?? 0
-      if shippedPlace >= plan.through {
-        connection.rollBackQuietly()
-        return .alreadyShipped(shipped: shippedPlace)
+      let opening = try log.beginShipment(context.replica, targets: targets)
+      if opening.shippedPlace >= plan.through {
+        log.rollBackQuietly()
+        return .alreadyShipped(shipped: opening.shippedPlace)
       }
-      var current: [RowKey: CurrentImage] = [:]
-      for row in opening[2] {
-        guard let table = row[0], let gid = row[1], let seq = row[2].flatMap({ Int64($0) }), let host = row[3],
-          let columns = row[4]
-        else { continue }
-        current[RowKey(table: table, gid: gid)] = CurrentImage(seq: seq, host: host, columns: columns, data: row[5])
-      }
+      var current: [RowKey: SharedLog.CurrentRow] = [:]
+      for row in opening.rows { current[RowKey(table: row.table, gid: row.gid)] = row }
       var entry = LogEntry(tables: [], conflicts: [], notes: plan.notes.isEmpty ? nil : plan.notes)
-      var winners: [Winner] = []
+      var winners: [SharedLog.Winner] = []
       for table in plan.tables {
         let resolved = try settle(table, current: current, conflicts: &entry.conflicts, winners: &winners)
         if !resolved.rows.isEmpty { entry.tables.append(resolved) }
       }
-      let conflictRecords = try entry.conflicts.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
+      let conflicts = try entry.conflicts.map { ($0, String(decoding: try JSONEncoder().encode($0), as: UTF8.self)) }
       context.failpoints.stallInShipment(stop: context.stop, carriesRows: !plan.tables.isEmpty)
-      let closing = try connection.run([
-        .init(
-          """
-          WITH clock AS (
-            UPDATE gs_clock SET seq = seq + 1,
-              purged_through = CASE WHEN $6::bigint IS NULL THEN purged_through
-                                    ELSE greatest(purged_through, seq + 1 - $6::bigint) END
-            WHERE grp = $1 AND store = $2 RETURNING seq, purged_through),
-          rows AS (
-            INSERT INTO gs_row(grp, store, tbl, gid, seq, origin_host, columns, data)
-            SELECT $1, $2, w.tbl, w.gid, clock.seq, $3, w.columns, w.data
-            FROM clock, unnest($7::text[], $8::text[], $9::text[], $10::text[]) AS w(tbl, gid, columns, data)
-            ON CONFLICT (grp, store, tbl, gid) DO UPDATE SET seq = excluded.seq,
-              origin_host = excluded.origin_host, columns = excluded.columns, data = excluded.data),
-          entry AS (
-            INSERT INTO gs_change(grp, store, seq, origin_host, origin_seq, body)
-            SELECT $1, $2, clock.seq, $3, $4::bigint, $5 FROM clock),
-          conflicts AS (
-            INSERT INTO gs_conflict(grp, store, seq, tbl, gid, rule, winner_host, loser_host, record)
-            SELECT $1, $2, clock.seq, c.tbl, c.gid, c.rule, c.winner, c.loser, c.record
-            FROM clock, unnest($11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[])
-              AS c(tbl, gid, rule, winner, loser, record)),
-          place AS (
-            UPDATE gs_host SET shipped_seq = $4::bigint, seen_at = now() WHERE grp = $1 AND store = $2 AND host = $3),
-          purge AS (
-            DELETE FROM gs_change WHERE grp = $1 AND store = $2 AND seq <= (SELECT purged_through FROM clock))
-          SELECT seq, pg_notify($17, $1 || '/' || $2 || ':' || seq) FROM clock
-          """,
-          keys + [
-            String(plan.through), try entry.encoded(), context.retention.map { String($0) },
-            PostgresArray.literal(winners.map(\.table)), PostgresArray.literal(winners.map(\.gid)),
-            PostgresArray.literal(winners.map(\.columns)), PostgresArray.literal(winners.map(\.data)),
-            PostgresArray.literal(entry.conflicts.map(\.table)), PostgresArray.literal(entry.conflicts.map(\.gid)),
-            PostgresArray.literal(entry.conflicts.map(\.rule)),
-            PostgresArray.literal(entry.conflicts.map(\.winnerHost)),
-            PostgresArray.literal(entry.conflicts.map(\.loserHost)), PostgresArray.literal(conflictRecords),
-            LogSchema.channel,
-          ]),
-        .init("COMMIT"),
-      ])
-      guard let position = closing[0].first.flatMap({ $0[0] }).flatMap({ Int64($0) }) else {
-        throw RelayError.invalidEntry(store: context.storeName, sequence: 0, reason: "gs_clock returned no position")
-      }
+      let position = try log.finishShipment(
+        context.replica,
+        SharedLog.Shipment(
+          through: plan.through, body: try entry.encoded(), retention: context.retention, winners: winners,
+          conflicts: conflicts))
       for index in entry.conflicts.indices { entry.conflicts[index].sequence = position }
       return .shipped(position: position, entry: entry)
     } catch {
-      connection.rollBackQuietly()
+      log.rollBackQuietly()
       throw error
     }
   }
@@ -268,29 +228,13 @@ struct Shipper {
     let gid: String
   }
 
-  /// A row's current image in `gs_row`: the position and host that wrote
-  /// it, its columns (a JSON array) and values (JSON; nil: deleted).
-  private struct CurrentImage {
-    let seq: Int64
-    let host: String
-    let columns: String
-    let data: String?
-  }
-
-  /// An image that goes into `gs_row` as the row's current one.
-  private struct Winner {
-    let table: String
-    let gid: String
-    let columns: String
-    let data: String?
-  }
-
   /// Settles one table's images against the rows' current images in
   /// `gs_row` (locked), collects the winners to record there, and returns
   /// the images every host is to apply. Conflicts get the entry's position
   /// once the server has assigned it.
   private func settle(
-    _ table: TableImage, current: [RowKey: CurrentImage], conflicts: inout [ConflictRecord], winners: inout [Winner]
+    _ table: TableImage, current: [RowKey: SharedLog.CurrentRow], conflicts: inout [ConflictRecord],
+    winners: inout [SharedLog.Winner]
   ) throws -> TableImage {
     let context = self.context
     let columnsJSON = String(decoding: try JSONEncoder().encode(table.columns), as: UTF8.self)
@@ -298,9 +242,9 @@ struct Shipper {
     resolved.rows = []
     for image in table.rows {
       let data = try image.values.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
-      guard let now = current[RowKey(table: table.name, gid: image.gid)], now.seq > image.base else {
+      guard let now = current[RowKey(table: table.name, gid: image.gid)], now.position > image.base else {
         resolved.rows.append(image)
-        winners.append(Winner(table: table.name, gid: image.gid, columns: columnsJSON, data: data))
+        winners.append(SharedLog.Winner(table: table.name, gid: image.gid, columns: columnsJSON, data: data))
         continue
       }
       // The row moved on in the log since the image this host wrote on.
@@ -320,7 +264,7 @@ struct Shipper {
         // older image of it never overwrites a newer one, and this host,
         // which held the newer one back meanwhile, takes it from here.
         resolved.rows.append(
-          RowImage(gid: image.gid, rowID: image.rowID, base: now.seq, values: theirs, lost: true))
+          RowImage(gid: image.gid, rowID: image.rowID, base: now.position, values: theirs, lost: true))
         continue
       }
       var record = ConflictRecord(
@@ -330,7 +274,7 @@ struct Shipper {
       switch context.policy {
       case .lastWriterWins:
         resolved.rows.append(image)
-        winners.append(Winner(table: table.name, gid: image.gid, columns: columnsJSON, data: data))
+        winners.append(SharedLog.Winner(table: table.name, gid: image.gid, columns: columnsJSON, data: data))
       case .firstWriterWins:
         record.winnerHost = now.host
         record.winnerValues = theirs
@@ -338,7 +282,7 @@ struct Shipper {
         record.loserValues = image.values
         // Every host, this one too, applies the winner's values.
         resolved.rows.append(
-          RowImage(gid: image.gid, rowID: image.rowID, base: now.seq, values: theirs, lost: true))
+          RowImage(gid: image.gid, rowID: image.rowID, base: now.position, values: theirs, lost: true))
       }
       conflicts.append(record)
     }
@@ -348,32 +292,23 @@ struct Shipper {
   /// After COMMIT returned: the rows that won hold their new position
   /// here, so that an older remote image of them is never applied over
   /// them, and the shipped place moves on.
-  private func recordShipped(plan: Plan, outcome: Outcome) throws {
+  private func recordShipped(plan: Plan, position: Int64, entry: LogEntry) throws {
     let context = self.context
-    switch outcome {
-    case .alreadyShipped(let shipped):
-      // A relay killed after COMMIT: catch up from the log (Relay does it
-      // on every connect), then ship what is left.
-      throw RelayError.invalidEntry(
-        store: context.storeName, sequence: shipped,
-        reason: "the log already holds this host's shipment through local sequence \(shipped); recovering")
-    case .shipped(let position, let entry):
-      try context.store.write { db in
-        try Self.recordWinners(entry, position: position, db)
-        var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
-        place.shipped = max(place.shipped, plan.through)
-        place.lastShipment = plan.through
-        try RowIdentityMap.setPlace(place, db, group: context.group, host: context.host)
-      }
-      context.place.shipped = max(context.place.shipped, plan.through)
-      context.place.lastShipment = plan.through
-      context.conflicts += Int64(entry.conflicts.count)
-      context.emit(
-        .shipped(
-          store: context.storeName, position: position, localSequence: plan.through, changeSets: plan.changeSets,
-          rows: entry.rowCount))
-      for conflict in entry.conflicts { context.emit(.conflict(conflict)) }
+    try context.store.write { db in
+      try Self.recordWinners(entry, position: position, db)
+      var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
+      place.shipped = max(place.shipped, plan.through)
+      place.lastShipment = plan.through
+      try RowIdentityMap.setPlace(place, db, group: context.group, host: context.host)
     }
+    context.place.shipped = max(context.place.shipped, plan.through)
+    context.place.lastShipment = plan.through
+    context.conflicts += Int64(entry.conflicts.count)
+    context.emit(
+      .shipped(
+        store: context.storeName, position: position, localSequence: plan.through, changeSets: plan.changeSets,
+        rows: entry.rowCount))
+    for conflict in entry.conflicts { context.emit(.conflict(conflict)) }
   }
 
   /// `values`, listed in the order of the JSON array `columns`, in the

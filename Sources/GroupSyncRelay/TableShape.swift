@@ -11,20 +11,41 @@ struct TableShape: Sendable, Equatable {
   /// The INTEGER PRIMARY KEY column, if the table has one.
   let rowIDColumn: String?
 
+  /// What a store has under a table's name.
+  enum Lookup: Equatable {
+    case table(TableShape)
+    /// A WITHOUT ROWID table: no rowid to map a global ID to.
+    case withoutRowID
+    /// No such table.
+    case none
+  }
+
+  /// Looks `table` up in the store's main schema.
+  static func lookUp(_ db: Database, table: String) throws -> Lookup {
+    let exists = try Bool.fetchOne(
+      db, sql: "SELECT 1 FROM main.sqlite_schema WHERE type = 'table' AND name = ?", arguments: [table]) ?? false
+    guard exists else { return .none }
+    if try TableName(table).isWithoutRowIDTable(in: db) { return .withoutRowID }
+    let rowIDColumn = try db.primaryKey(table, in: "main").rowIDColumn
+    let columns = try db.columns(in: table, in: "main").map(\.name).filter { $0 != rowIDColumn }
+    return .table(TableShape(name: table, columns: columns, rowIDColumn: rowIDColumn))
+  }
+
   /// Reads the shape of `table`, or nil when the store has no such table.
   ///
   /// - Throws: ``RelayError/unsupportedTable(store:table:reason:)`` for a
-  ///   WITHOUT ROWID table (no rowid to map a global ID to).
+  ///   WITHOUT ROWID table, where a table of rows is needed.
   static func read(_ db: Database, table: String, store: String) throws -> TableShape? {
-    let sql = try String.fetchOne(
-      db, sql: "SELECT sql FROM main.sqlite_schema WHERE type = 'table' AND name = ?", arguments: [table])
-    guard let sql else { return nil }
-    if sql.uppercased().replacingOccurrences(of: " ", with: "").contains("WITHOUTROWID") {
-      throw RelayError.unsupportedTable(store: store, table: table, reason: "a WITHOUT ROWID table has no rowid to map")
+    switch try lookUp(db, table: table) {
+    case .table(let shape): return shape
+    case .none: return nil
+    case .withoutRowID: throw unsupported(table, store: store)
     }
-    let rowIDColumn = try db.primaryKey(table, in: "main").rowIDColumn
-    let columns = try db.columns(in: table, in: "main").map(\.name).filter { $0 != rowIDColumn }
-    return TableShape(name: table, columns: columns, rowIDColumn: rowIDColumn)
+  }
+
+  /// Why a WITHOUT ROWID table is not replicated.
+  static func unsupported(_ table: String, store: String) -> RelayError {
+    RelayError.unsupportedTable(store: store, table: table, reason: "a WITHOUT ROWID table has no rowid to map")
   }
 
   /// The user tables of the store: every table but SQLite's, GRDB's,

@@ -245,7 +245,7 @@ extension RelayTests {
       let missed = try reader.execute("SELECT id FROM pitfall WHERE id > $1", [String(cursor)])
       #expect(cursor == 2 && missed.isEmpty, "the reader moved past id 1 before it committed: lost for good")
       // The relay's way.
-      try LogSchema.setUp(first)
+      try SharedLog(first).createTables()
       try first.execute("INSERT INTO gs_clock(grp, store) VALUES ('g', 'main')")
       try first.execute("BEGIN")
       let one = try first.execute("UPDATE gs_clock SET seq = seq + 1 WHERE grp = 'g' RETURNING seq")

@@ -124,8 +124,8 @@ extension RelayTests {
       let context = try ReplicaContext(
         store: group.store, storeName: "main", group: "app", host: "b", policy: .lastWriterWins,
         author: "groupsync-relay@b", retention: nil, emit: { _ in })
-      let connection = try server.connect()
-      while try Applier(context: context).apply(connection) {}
+      let log = SharedLog(try server.connect())
+      while try Applier(context: context).apply(log) {}
       #expect(try b.content().values.map { $0[1] } == ["\"local b\""])
       #expect(context.place.applied == Int64(try server.query("SELECT max(seq) FROM gs_change").first?[0] ?? "0"))
       group.store.close()
@@ -187,14 +187,14 @@ extension RelayTests {
       let context = try ReplicaContext(
         store: group.store, storeName: "main", group: "app", host: "b", policy: .lastWriterWins,
         author: "groupsync-relay@b", retention: nil, emit: { _ in })
-      let connection = try server.connect()
-      while try Applier(context: context).apply(connection) {}
+      let log = SharedLog(try server.connect())
+      while try Applier(context: context).apply(log) {}
       let held = try b.content().values.map { $0[0] + "=" + $0[1] }.sorted()
       #expect(held == ["\"b1\"=\"b\"", "\"b2\"=\"b\"", "\"r1\"=\"v0\"", "\"r2\"=\"a\""])
       // The same relay goes on (no restart reads the log again): it ships
       // the table whole, and its own entry brings r1's newer image back.
-      while try Shipper(context: context).ship(connection) {}
-      while try Applier(context: context).apply(connection) {}
+      while try Shipper(context: context).ship(log) == .shipped {}
+      while try Applier(context: context).apply(log) {}
       let settled = try b.content().values.map { $0[0] + "=" + $0[1] }.sorted()
       #expect(settled == ["\"b1\"=\"b\"", "\"b2\"=\"b\"", "\"r1\"=\"a-new\"", "\"r2\"=\"a\""])
       group.store.close()

@@ -1,8 +1,12 @@
 import Foundation
 
 /// The relay's tables in PostgreSQL, shared by every host of every group
-/// in the database (rows keyed by group name and store name: each host's
-/// replica of a store has its own local UUID, so stores meet by name).
+/// in the database, and the one door to them: every statement against
+/// them is here (and in its extensions by concern), with typed parameters
+/// and typed rows, over one ``PostgresConnection``.
+///
+/// Rows are keyed by group name and store name: each host's replica of a
+/// store has its own local UUID, so stores meet by name.
 ///
 /// - `gs_clock(grp, store, seq, purged_through)`: the log's last position
 ///   per store. A shipper takes it with `UPDATE … SET seq = seq + 1
@@ -21,12 +25,62 @@ import Foundation
 /// - `gs_host(grp, store, host, shipped_seq, applied_seq, seen_at)`: each
 ///   host's places; `shipped_seq` commits with the shipment.
 /// - `gs_conflict`: every conflict settled, with both images.
-enum LogSchema {
+///
+/// Used on the relay's thread only, as its connection is.
+final class SharedLog {
+  /// A host's replica of a store in a group: the key of its rows.
+  struct Replica: Sendable, Equatable {
+    let group: String
+    let store: String
+    let host: String
+  }
+
   /// The channel every relay LISTENs on; payloads are `GROUP/STORE:SEQ`,
   /// a hint only (the log is the truth).
   static let channel = "gs_changes"
 
-  static let statements = [
+  let connection: PostgresConnection
+
+  init(_ connection: PostgresConnection) {
+    self.connection = connection
+  }
+
+  // MARK: The session
+
+  /// Whether libpq still considers the connection good.
+  var isConnected: Bool { connection.isConnected }
+
+  /// The connection's socket, for `poll`.
+  var socket: Int32 { connection.socket }
+
+  /// The notifications received meanwhile, without blocking.
+  func notifications() throws -> [(channel: String, payload: String)] { try connection.notifications() }
+
+  /// Rolls back an open transaction, if any, ignoring failures.
+  func rollBackQuietly() { connection.rollBackQuietly() }
+
+  /// Bounds every wait of the relay's session on the server (see
+  /// ``RelayTimeouts``), and keeps the server's NOTICEs ("relation already
+  /// exists, skipping") off the relay's stderr, in one round trip.
+  func configureSession(timeouts: RelayTimeouts) throws {
+    let settings = timeouts.sessionSettings(serverVersion: connection.serverVersion)
+      + [("client_min_messages", "warning")]
+    let calls = settings.indices.map { "set_config($\(2 * $0 + 1), $\(2 * $0 + 2), false)" }
+    try connection.execute("SELECT " + calls.joined(separator: ", "), settings.flatMap { [$0.0, $0.1] })
+  }
+
+  /// Creates the tables if missing. Relays of several hosts may start at
+  /// once, and concurrent `CREATE TABLE IF NOT EXISTS` can still collide
+  /// in the catalog, so creation runs under a transaction-level advisory
+  /// lock.
+  func createTables() throws {
+    try connection.transaction {
+      try connection.execute("SELECT pg_advisory_xact_lock(hashtext('groupsync-relay-schema'))")
+      for statement in Self.tables { try connection.execute(statement) }
+    }
+  }
+
+  private static let tables = [
     """
     CREATE TABLE IF NOT EXISTS gs_clock (
       grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL DEFAULT 0,
@@ -56,37 +110,33 @@ enum LogSchema {
     """,
   ]
 
-  /// Creates the tables if missing. Relays of several hosts may start at
-  /// once, and concurrent `CREATE TABLE IF NOT EXISTS` can still collide
-  /// in the catalog, so creation runs under a transaction-level advisory
-  /// lock.
-  static func setUp(_ connection: PostgresConnection) throws {
-    try connection.transaction {
-      try connection.execute("SELECT pg_advisory_xact_lock(hashtext('groupsync-relay-schema'))")
-      for statement in statements { try connection.execute(statement) }
-    }
-  }
-
-  /// Bounds every wait of the relay's session on the server (see
-  /// ``RelayTimeouts``), and keeps the server's NOTICEs ("relation already
-  /// exists, skipping") off the relay's stderr, in one round trip.
-  static func configureSession(_ connection: PostgresConnection, timeouts: RelayTimeouts) throws {
-    let settings = timeouts.sessionSettings(serverVersion: connection.serverVersion)
-      + [("client_min_messages", "warning")]
-    let calls = settings.indices.map { "set_config($\(2 * $0 + 1), $\(2 * $0 + 2), false)" }
-    try connection.execute("SELECT " + calls.joined(separator: ", "), settings.flatMap { [$0.0, $0.1] })
-  }
-
   /// Takes the session-level advisory lock of `host` in `group`, which the
   /// server frees when the session ends (the relay died or disconnected).
   ///
   /// - Throws: ``RelayError/relayAlreadyRunning(host:group:where:)`` when
   ///   another session holds it.
-  static func lockHost(_ connection: PostgresConnection, group: String, host: String) throws {
+  func lockHost(group: String, host: String) throws {
     let rows = try connection.execute(
       "SELECT pg_try_advisory_lock(hashtext('groupsync-relay'), hashtext($1))", [group + "\u{1}" + host])
     guard rows.first?.first == "t" else {
       throw RelayError.relayAlreadyRunning(host: host, group: group, where: "PostgreSQL advisory lock held")
     }
+  }
+
+  /// Subscribes the session to ``channel``.
+  func listen() throws {
+    try connection.execute("LISTEN \(Self.channel)")
+  }
+
+  // MARK: Values
+
+  /// A text column's value as a number (nil for NULL).
+  static func integer(_ text: String?) -> Int64? { text.flatMap { Int64($0) } }
+
+  /// The origin of an entry, from its host and origin-sequence columns
+  /// (nil when either is NULL: no such entry).
+  static func origin(host: String?, sequence: String?) -> EntryOrigin? {
+    guard let host, let sequence = integer(sequence) else { return nil }
+    return EntryOrigin(host: host, sequence: sequence)
   }
 }

@@ -1,0 +1,108 @@
+import Foundation
+
+/// What the applier reads from the log, and the applied place it records
+/// there.
+extension SharedLog {
+  /// The log of one store from a place on, read in one snapshot.
+  struct Window: Sendable {
+    /// The log's last position, and its purge horizon.
+    let head: Int64
+    let purged: Int64
+    /// The entries from the place on, in order.
+    let entries: [StoredEntry]
+  }
+
+  /// An entry of `gs_change`.
+  struct StoredEntry: Sendable, Equatable {
+    let position: Int64
+    let origin: EntryOrigin
+    /// nil when not asked for (the entry at the place itself).
+    let body: String?
+  }
+
+  /// In one statement, so one snapshot: the clock row of `replica`'s
+  /// store, and at most `limit` entries from position `from` on, with the
+  /// bodies of those after `bodiesAfter` (nil when there is no clock row).
+  func window(_ replica: Replica, from: Int64, limit: Int, bodiesAfter: Int64) throws -> Window? {
+    let rows = try connection.execute(
+      """
+      SELECT k.seq, k.purged_through, c.seq, c.origin_host, c.origin_seq, c.body
+      FROM gs_clock k LEFT JOIN LATERAL (
+        SELECT seq, origin_host, origin_seq, CASE WHEN seq > $5 THEN body END AS body FROM gs_change
+        WHERE grp = k.grp AND store = k.store AND seq >= $3 ORDER BY seq LIMIT $4) c ON true
+      WHERE k.grp = $1 AND k.store = $2
+      """,
+      [replica.group, replica.store, String(from), String(limit), String(bodiesAfter)])
+    guard let clock = rows.first, let head = Self.integer(clock[0]) else { return nil }
+    var entries: [StoredEntry] = []
+    for row in rows {
+      // No entry: the clock row alone, its entry columns NULL.
+      guard let position = Self.integer(row[2]), let origin = Self.origin(host: row[3], sequence: row[4]) else { break }
+      entries.append(StoredEntry(position: position, origin: origin, body: row[5]))
+    }
+    return Window(head: head, purged: Self.integer(clock[1]) ?? 0, entries: entries)
+  }
+
+  /// Records `replica`'s applied place.
+  func recordApplied(_ replica: Replica, through position: Int64) throws {
+    try connection.execute(
+      "UPDATE gs_host SET applied_seq = $4, seen_at = now() WHERE grp = $1 AND store = $2 AND host = $3",
+      [replica.group, replica.store, replica.host, String(position)])
+  }
+
+  /// The rows' current images of `replica`'s store and the log's head,
+  /// read in one read-only snapshot, to re-synchronise from.
+  struct Snapshot: Sendable {
+    let head: Int64
+    /// The origin of the entry at the head (nil: none, or purged).
+    let headOrigin: EntryOrigin?
+    /// Oldest position first.
+    let rows: [SnapshotRow]
+  }
+
+  /// A row's current image in a ``Snapshot``: the position that wrote it,
+  /// its columns (a JSON array) and values (JSON; nil: deleted).
+  struct SnapshotRow: Sendable, Equatable {
+    let table: String
+    let gid: String
+    let position: Int64
+    let columns: String
+    let data: String?
+  }
+
+  /// Reads `replica`'s store whole: a read-only `REPEATABLE READ`
+  /// transaction, so the head and the rows are one snapshot.
+  func snapshot(_ replica: Replica) throws -> Snapshot {
+    let keys: [String?] = [replica.group, replica.store]
+    return try connection.transaction {
+      try connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+      let clock = try connection.execute(
+        """
+        SELECT k.seq, c.origin_host, c.origin_seq FROM gs_clock k
+        LEFT JOIN gs_change c ON c.grp = k.grp AND c.store = k.store AND c.seq = k.seq
+        WHERE k.grp = $1 AND k.store = $2
+        """, keys)
+      let rows = try connection.execute(
+        "SELECT tbl, gid, seq, columns, data FROM gs_row WHERE grp = $1 AND store = $2 ORDER BY seq, tbl, gid", keys)
+      return Snapshot(
+        head: Self.integer(clock.first?[0] ?? nil) ?? 0,
+        headOrigin: clock.first.flatMap { Self.origin(host: $0[1], sequence: $0[2]) },
+        rows: rows.compactMap { row in
+          guard let table = row[0], let gid = row[1], let position = Self.integer(row[2]), let columns = row[3]
+          else { return nil }
+          return SnapshotRow(table: table, gid: gid, position: position, columns: columns, data: row[4])
+        })
+    }
+  }
+
+  /// How long ago the oldest entry of `replica`'s store after `applied`
+  /// committed, in seconds (nil when there is none).
+  func lagSeconds(_ replica: Replica, after applied: Int64) throws -> Double? {
+    let rows = try connection.execute(
+      """
+      SELECT extract(epoch from clock_timestamp() - committed_at) FROM gs_change
+      WHERE grp = $1 AND store = $2 AND seq > $3 ORDER BY seq LIMIT 1
+      """, [replica.group, replica.store, String(applied)])
+    return rows.first.flatMap { $0[0] }.flatMap { Double($0) }
+  }
+}
