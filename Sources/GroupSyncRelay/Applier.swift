@@ -78,7 +78,7 @@ struct Applier {
     var rowCount = 0
     context.failpoints.waitAtApplyGate(stop: context.stop)
     let lastOrigin = EntryOrigin(host: last.origin, sequence: last.originSequence)
-    let (_, changeSet) = try context.store.writeAndReturnChangeSet { db in
+    let (_, changeSet) = try context.writeAndReturnChangeSet { db in
       // Another process may have changed the schema since GRDB cached it.
       db.clearSchemaCache()
       let pass = try Pass(context, db)
@@ -274,9 +274,9 @@ struct Applier {
   /// once per pass, before shipping.
   func reconcileSchema() throws {
     let context = self.context
-    let version = try context.store.read { db in try Int64.fetchOne(db, sql: "PRAGMA main.schema_version") ?? 0 }
+    let version = try context.store.read { db in try StoreSchema.version(db) }
     guard version != context.schemaVersion else { return }
-    try context.store.write { db in
+    try context.write { db in
       db.clearSchemaCache()
       try SchemaDrift.recordColumns(db)
       let pass = try Pass(context, db)
@@ -502,7 +502,7 @@ struct Applier {
     let snapshot = try log.snapshot(context.replica)
     let head = snapshot.head, headOrigin = snapshot.headOrigin
     var rowCount = 0
-    try context.store.write { db in
+    try context.write { db in
       db.clearSchemaCache()
       let pass = try Pass(context, db)
       let pending = pass.pending

@@ -1,3 +1,4 @@
+import GroupSync
 import CLibPQ
 import Foundation
 #if canImport(Glibc)
@@ -245,7 +246,7 @@ final class PostgresConnection: @unchecked Sendable {
       if stopEnd >= 0 { fds.append(pollfd(fd: stopEnd, events: Int16(POLLIN), revents: 0)) }
       let ready = poll(&fds, nfds_t(fds.count), Int32(clamping: remaining.inMilliseconds))
       if ready < 0 {
-        guard errno == EINTR else { throw RelayError.system(call: "poll", path: nil, errno: errno) }
+        guard errno == EINTR else { throw RelayError.system(SystemCallError(call: "poll", path: nil, errno: errno)) }
         continue
       }
       if fds.count > 1, fds[1].revents != 0 { throw RelayError.stopped }
@@ -345,7 +346,7 @@ final class PostgresConnection: @unchecked Sendable {
         continue
       }
       guard let copy = strdup(string) else {
-        throw RelayError.system(call: "strdup", path: nil, errno: errno)
+        throw RelayError.system(SystemCallError(call: "strdup", path: nil, errno: errno))
       }
       pointers.append(copy)
     }

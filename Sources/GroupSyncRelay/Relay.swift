@@ -59,7 +59,7 @@ public final class Relay: @unchecked Sendable {
   private let stopSignal: WakePipe
   private let failpoints = RelayFailpoints()
   private let logger = Logger(label: "groupsync.relay")
-  private var doorbell: Listener?
+  private var doorbell: Doorbell?
   private var fileLock: RelayLock?
   private var lastStatusWrite = ContinuousClock.now - .seconds(10)
 
@@ -107,20 +107,27 @@ public final class Relay: @unchecked Sendable {
     continuation.finish()
   }
 
-  /// Opens the group folder and its stores, takes the host's lock file,
-  /// and starts the relay's thread. The relay then connects (and keeps
-  /// trying while the server cannot be reached).
+  /// Opens the group folder and its stores (or uses `group`, the
+  /// process's own ``GroupFolder`` of the same folder), takes the host's
+  /// lock file, and starts the relay's thread. The relay then connects (and
+  /// keeps trying while the server cannot be reached). Its local writes
+  /// carry the author `groupsync-relay@HOST`, whatever the folder's store
+  /// options say.
   ///
   /// - Throws: ``RelayError/relayAlreadyRunning(host:group:where:)`` when
-  ///   a live relay of this host runs on the folder; GroupSync's errors
-  ///   for the folder and its stores.
-  public func start() throws {
+  ///   a live relay of this host runs on the folder,
+  ///   ``RelayError/invalidConfiguration(_:)`` when `group` is another
+  ///   folder than the configuration's; GroupSync's errors for the folder
+  ///   and its stores.
+  public func start(in group: GroupFolder? = nil) throws {
     let configuration = self.configuration
-    var options = StoreOptions()
     let author = "groupsync-relay@" + configuration.host
-    options.author = author
     // The folder first: a path that is no group folder says so.
-    let group = try GroupFolder(path: configuration.folder, create: false, options: options)
+    let group = try group ?? GroupFolder(path: configuration.folder, create: false)
+    guard Self.isSameFolder(group.path, configuration.folder) else {
+      throw RelayError.invalidConfiguration(
+        "the group folder '\(group.path)' is not the configuration's folder '\(configuration.folder)'")
+    }
     do {
       fileLock = try RelayStatusFile.lock(group: configuration.folder, host: configuration.host)
     } catch GroupSyncError.relayLockHeld {
@@ -138,16 +145,21 @@ public final class Relay: @unchecked Sendable {
     }
     for context in contexts { try tellIdentities(context) }
     // Local commits ring the doorbell, straight from the watcher thread
-    // that saw them; the change sets themselves are read from the history.
-    let listener = try group.listen()
-    doorbell = listener
+    // that saw them, undecoded; the change sets are read from the history.
     let wake = self.wake
-    listener.startOnWatcherThread { _ in wake.ring() }
+    doorbell = try group.doorbell { wake.ring() }
     refreshStatus(force: true)
     let thread = Thread { [self] in run() }
     thread.name = "groupsync-relay"
     lock.withLock { self.thread = thread }
     thread.start()
+  }
+
+  /// Whether two paths name the same folder (the same device and inode).
+  private static func isSameFolder(_ a: String, _ b: String) -> Bool {
+    var first = stat(), second = stat()
+    guard stat(a, &first) == 0, stat(b, &second) == 0 else { return false }
+    return first.st_dev == second.st_dev && first.st_ino == second.st_ino
   }
 
   /// Tells, per store, whose keys are each host's own and which columns
@@ -359,7 +371,7 @@ public final class Relay: @unchecked Sendable {
     let shipped = enrollment.shipped
     if shipped < context.place.lastShipment {
       let lost = context.place.lastShipment
-      try context.store.write { db in
+      try context.write { db in
         var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
         place.shipped = shipped
         place.lastShipment = shipped
@@ -377,7 +389,7 @@ public final class Relay: @unchecked Sendable {
     let entries = try log.ownEntries(context.replica, after: context.place.lastShipment).map { own in
       (own.position, try LogEntry.decode(own.body, store: context.storeName, sequence: own.position))
     }
-    try context.store.write { db in
+    try context.write { db in
       for (position, entry) in entries { try Shipper.recordWinners(entry, position: position, db) }
       var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
       place.shipped = max(place.shipped, shipped)

@@ -1,3 +1,4 @@
+import GroupSync
 import Foundation
 
 /// An error the relay throws or reports. Each case names what was wrong.
@@ -18,8 +19,8 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
   /// An entry of the shared log cannot be decoded or does not follow the
   /// one before it.
   case invalidEntry(store: String, sequence: Int64, reason: String)
-  /// A system call failed.
-  case system(call: String, path: String?, errno: Int32)
+  /// A system call failed (the same error the core throws).
+  case system(SystemCallError)
   /// A setting is not acceptable (host or group name, retention,
   /// timeouts, the connection string).
   case invalidConfiguration(String)
@@ -62,9 +63,8 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
       return "table '\(table)' of store '\(store)' is not replicated: \(reason)"
     case .invalidEntry(let store, let sequence, let reason):
       return "invalid entry #\(sequence) of store '\(store)' in the shared log: \(reason)"
-    case .system(let call, let path, let code):
-      let detail = String(cString: strerror(code))
-      return path.map { "\(call)(\($0)) failed: \(detail)" } ?? "\(call) failed: \(detail)"
+    case .system(let error):
+      return error.description
     case .invalidConfiguration(let text):
       return "invalid relay configuration: \(text)"
     case .timedOut(let call, let seconds):

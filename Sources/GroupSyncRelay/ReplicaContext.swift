@@ -56,7 +56,7 @@ final class ReplicaContext: @unchecked Sendable {
     self.emit = emit
     self.stop = stop
     self.failpoints = failpoints
-    place = try store.write { db in
+    place = try store.write(author: author) { db in
       try RowIdentityMap.setUp(db)
       try HeldRows.setUp(db)
       try SchemaDrift.setUp(db)
@@ -64,10 +64,20 @@ final class ReplicaContext: @unchecked Sendable {
     }
   }
 
+  /// Writes to the store under the relay's author label: the shipper
+  /// never ships the relay's own writes back, and listeners can tell them.
+  @discardableResult
+  func write<T>(_ body: (Database) throws -> T) throws -> T { try store.write(author: author, body) }
+
+  /// ``write(_:)``, also returning the change set it committed.
+  func writeAndReturnChangeSet<T>(_ body: (Database) throws -> T) throws -> (result: T, changeSet: ChangeSet?) {
+    try store.writeAndReturnChangeSet(author: author, body)
+  }
+
   /// The store's references as of its schema now: read again only when the
   /// schema version moved (every shipment and every apply asks).
   func referenceGraph(_ db: Database) throws -> ReferenceGraph {
-    let version = try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA main.schema_version")) ?? 0
+    let version = try StoreSchema.version(db)
     if let cached = graphCache, cached.version == version { return cached.graph }
     let graph = try ReferenceGraph.read(db, declared: references)
     graphCache = (version, graph)

@@ -76,7 +76,7 @@ struct Shipper {
       // drives the shipper alone.)
       db.clearSchemaCache()
       if let known = context.schemaVersion,
-        try Int64.fetchOne(db, sql: "PRAGMA main.schema_version") != known
+        try StoreSchema.version(db) != known
       {
         return nil
       }
@@ -294,7 +294,7 @@ struct Shipper {
   /// them, and the shipped place moves on.
   private func recordShipped(plan: Plan, position: Int64, entry: LogEntry) throws {
     let context = self.context
-    try context.store.write { db in
+    try context.write { db in
       try Self.recordWinners(entry, position: position, db)
       var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
       place.shipped = max(place.shipped, plan.through)

@@ -22,10 +22,11 @@ struct TableShape: Sendable, Equatable {
 
   /// Looks `table` up in the store's main schema.
   static func lookUp(_ db: Database, table: String) throws -> Lookup {
-    let exists = try Bool.fetchOne(
-      db, sql: "SELECT 1 FROM main.sqlite_schema WHERE type = 'table' AND name = ?", arguments: [table]) ?? false
-    guard exists else { return .none }
-    if try TableName(table).isWithoutRowIDTable(in: db) { return .withoutRowID }
+    // A table by that very name (SQLite would find `NOTE` for `note`), not a view.
+    guard let entry = try StoreSchema.table(named: table, db), TableName(entry.name) == TableName(table),
+      entry.type != "view"
+    else { return .none }
+    if entry.isWithoutRowID { return .withoutRowID }
     let rowIDColumn = try db.primaryKey(table, in: "main").rowIDColumn
     let columns = try db.columns(in: table, in: "main").map(\.name).filter { $0 != rowIDColumn }
     return .table(TableShape(name: table, columns: columns, rowIDColumn: rowIDColumn))
@@ -51,8 +52,7 @@ struct TableShape: Sendable, Equatable {
   /// The user tables of the store: every table but SQLite's, GRDB's,
   /// GroupSync's and the relay's own.
   static func userTables(_ db: Database) throws -> [String] {
-    try String.fetchAll(db, sql: "SELECT name FROM main.sqlite_schema WHERE type = 'table' ORDER BY name")
-      .filter { !isInternal($0) }
+    try StoreSchema.tableNames(db).filter { !isInternal($0) }
   }
 
   /// The core's internal tables and the relay's own (`gs_relay_`).

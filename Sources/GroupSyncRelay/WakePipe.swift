@@ -1,3 +1,4 @@
+import GroupSync
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -13,17 +14,17 @@ final class WakePipe: @unchecked Sendable {
   private let lock = NSLock()
   private var descriptors: (read: Int32, write: Int32)?
 
-  /// - Throws: ``RelayError/system(call:path:errno:)`` naming `pipe` or
+  /// - Throws: ``RelayError/system(_:)`` naming `pipe` or
   ///   `fcntl`.
   init() throws {
     var fds: [Int32] = [-1, -1]
     // pipe2 is hidden without _GNU_SOURCE: pipe, then the flags.
-    guard pipe(&fds) == 0 else { throw RelayError.system(call: "pipe", path: nil, errno: errno) }
+    guard pipe(&fds) == 0 else { throw RelayError.system(SystemCallError(call: "pipe", path: nil, errno: errno)) }
     for fd in fds {
       guard fcntl(fd, F_SETFD, FD_CLOEXEC) == 0, fcntl(fd, F_SETFL, O_NONBLOCK) == 0 else {
         let code = errno
         fds.forEach { Glibc.close($0) }
-        throw RelayError.system(call: "fcntl", path: nil, errno: code)
+        throw RelayError.system(SystemCallError(call: "fcntl", path: nil, errno: code))
       }
     }
     descriptors = (fds[0], fds[1])

@@ -40,7 +40,7 @@ struct CrashCampaignTests {
     var configuration = Configuration()
     configuration.readonly = true
     let queue = try DatabaseQueue(path: directory + "/store.sqlite", configuration: configuration)
-    return try queue.read { try StoreState.readSequence($0, path: directory) }
+    return try queue.read { try History.lastSequence($0) }
   }
 
   static func printed(_ child: ChildProcess) throws -> [[String: Any]] { try ProcessHarness.printedLines(child) }

@@ -136,15 +136,9 @@ final class FanOut: Sendable {
   private func tmpFolder(_ folders: inout Folders) throws -> SafeDirectory {
     if let tmp = folders.tmp, tmp.isStill(GroupLayout.tmpFolder, in: root) { return tmp }
     folders.tmp = nil
-    do {
-      folders.tmp = try root.child(GroupLayout.tmpFolder, create: true)
-    } catch GroupSyncError.unsafeEntry(let path, let reason) {
-      // Not a folder of ours: remove the entry itself and make the folder.
-      Logger.groupSync.error("refused '\(path)' (\(reason)); replacing it")
-      root.remove(GroupLayout.tmpFolder)
-      folders.tmp = try root.child(GroupLayout.tmpFolder, create: true)
-    }
-    return folders.tmp!
+    let tmp = try root.ownedChild(GroupLayout.tmpFolder)
+    folders.tmp = tmp
+    return tmp
   }
 
   /// The inboxes of the live listeners, other than this process's own.

@@ -27,7 +27,7 @@ enum FileLock {
   ///
   /// The corresponding C function is `fcntl` with `F_OFD_SETLK`.
   ///
-  /// - Throws: ``GroupSyncError/system(call:path:errno:)`` naming
+  /// - Throws: ``GroupSyncError/system(_:)`` naming
   ///   `fcntl(F_OFD_SETLK)` and `path` for any other failure.
   static func tryLock(_ file: FileDescriptor, path: String) throws -> Bool {
     var lock = wholeFile(F_WRLCK)

@@ -136,7 +136,7 @@ public final class Listener: InProcessInbox, @unchecked Sendable {
   /// the next event is asked for.
   public func acknowledge(_ changeSet: ChangeSet) throws {
     guard let cursor = sequencer(of: changeSet)?.cursor, case .file = cursor.storage else {
-      throw GroupSyncError.invalidListenerName("'\(name)' is not a durable listener with a cursor file")
+      throw GroupSyncError.listenerNotDurable(name)
     }
     try cursor.write(changeSet.sequence)
   }
@@ -146,7 +146,7 @@ public final class Listener: InProcessInbox, @unchecked Sendable {
   /// place commits, or rolls back, with the consumer's own changes.
   public func acknowledge(_ changeSet: ChangeSet, in db: Database) throws {
     guard let cursor = sequencer(of: changeSet)?.cursor, case .store = cursor.storage else {
-      throw GroupSyncError.invalidListenerName("'\(name)' is not a durable listener that keeps its place in the store")
+      throw GroupSyncError.listenerNotDurable(name)
     }
     try DurableCursor.write(changeSet.sequence, name: name, db)
   }

@@ -13,9 +13,9 @@ struct ListenerFolders {
   /// exists before the lock is taken: a writer that sees the lock held
   /// always finds the inbox to deliver into.
   static func open(in root: SafeDirectory, name: String) throws -> ListenerFolders {
-    let listeners = try ownedFolder(GroupLayout.listenersFolder, in: root, listener: name)
-    let folder = try ownedFolder(name, in: listeners, listener: name)
-    let inbox = try ownedFolder(GroupLayout.inboxFolder, in: folder, listener: name)
+    let listeners = try root.ownedChild(GroupLayout.listenersFolder, for: name)
+    let folder = try listeners.ownedChild(name, for: name)
+    let inbox = try folder.ownedChild(GroupLayout.inboxFolder, for: name)
     return ListenerFolders(listeners: listeners, folder: folder, inbox: inbox)
   }
 
@@ -24,18 +24,5 @@ struct ListenerFolders {
     listeners.isStill(GroupLayout.listenersFolder, in: root)
       && folder.isStill(name, in: listeners)
       && inbox.isStill(GroupLayout.inboxFolder, in: folder)
-  }
-
-  /// The folder `name` of `parent`, created if missing; an entry there
-  /// that is not a folder of the group (a symlink, a file, a FIFO, another
-  /// device) is removed itself, never followed, and the folder made anew.
-  private static func ownedFolder(_ name: String, in parent: SafeDirectory, listener: String) throws -> SafeDirectory {
-    do {
-      return try parent.child(name, create: true)
-    } catch GroupSyncError.unsafeEntry(let path, let reason) {
-      Logger.groupSync.error("listener '\(listener)': refused '\(path)' (\(reason)); replacing it")
-      parent.remove(name)
-      return try parent.child(name, create: true)
-    }
   }
 }

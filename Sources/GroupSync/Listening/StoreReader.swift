@@ -19,7 +19,7 @@ final class StoreReader {
     queue = try DatabaseQueue(path: path, configuration: configuration)
   }
 
-  func sequence() throws -> Int64 { try queue.read { try StoreState.readSequence($0, path: path) } }
+  func sequence() throws -> Int64 { try queue.read { try History.lastSequence($0) } }
 
   /// `PRAGMA data_version`, the last sequence and the WAL's commit counter,
   /// all of one snapshot: the counter is read before the snapshot's first
@@ -29,7 +29,7 @@ final class StoreReader {
     try queue.read { db in
       let before = WALCommitCounter.read(db)
       let version = try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA data_version")) ?? 0
-      let sequence = try StoreState.readSequence(db, path: path)
+      let sequence = try History.lastSequence(db)
       let after = WALCommitCounter.read(db)
       guard let before, let after else { return (version, sequence, nil, false) }
       return (version, sequence, before == after ? before : nil, before != after)
@@ -46,11 +46,7 @@ final class StoreReader {
   /// When change set `sequence` was committed (ns since 1970), or nil if
   /// the history does not hold it.
   func committedAt(_ sequence: Int64) throws -> Int64? {
-    try queue.read { db in
-      try Int64.fetchOne(
-        db.cachedStatement(sql: "SELECT committed_at FROM \(StoreState.historyTable) WHERE seq = ?"),
-        arguments: [sequence])
-    }
+    try queue.read { try History.committedAt(sequence, $0) }
   }
 
   /// History entries after `sequence`, oldest first.
@@ -69,7 +65,7 @@ final class StoreReader {
     guard let missing else { return nil }
     let names = Array(changeSet.tables.keys) + Array(changeSet.invalidatedTableNames)
     let tables: [String] = (try? queue.read { db in
-      try String.fetchAll(db, sql: "SELECT name FROM sqlite_schema WHERE type = 'table'")
+      try StoreSchema.tableNames(db)
     }) ?? []
     knownTables = Set(tables.map { TableName($0) })
     if !knownTables.contains(missing) { return missing }

@@ -83,6 +83,29 @@ enum History {
     return .init(oldest: row[0], newest: row[1], count: row[2], bytes: row[3])
   }
 
+  /// The last sequence number committed (0 before any). (The writer's own
+  /// commit path reads it through a statement prepared once, in
+  /// WriterStatements.)
+  static func lastSequence(_ db: Database) throws -> Int64 {
+    // max() of an INTEGER PRIMARY KEY reads the last b-tree entry: O(log n).
+    try Int64.fetchOne(db.cachedStatement(sql: "SELECT coalesce(max(seq), 0) FROM \(StoreState.historyTable)")) ?? 0
+  }
+
+  /// When entry `sequence` was committed (ns since 1970), or nil if the
+  /// history does not hold it.
+  static func committedAt(_ sequence: Int64, _ db: Database) throws -> Int64? {
+    try Int64.fetchOne(
+      db.cachedStatement(sql: "SELECT committed_at FROM \(StoreState.historyTable) WHERE seq = ?"), arguments: [sequence])
+  }
+
+  /// How many entries after `sequence` `author` did not write (an entry
+  /// without an author counts).
+  static func count(after sequence: Int64, notWrittenBy author: String, _ db: Database) throws -> Int64 {
+    try Int64.fetchOne(
+      db.cachedStatement(sql: "SELECT count(*) FROM \(StoreState.historyTable) WHERE seq > ? AND author IS NOT ?"),
+      arguments: [sequence, author]) ?? 0
+  }
+
   /// The oldest sequence number the history still holds (nil when empty).
   static func oldestSequence(_ db: Database) throws -> Int64? {
     try Int64.fetchOne(db, sql: "SELECT min(seq) FROM \(StoreState.historyTable)")

@@ -23,8 +23,6 @@ extension Store {
   /// - Returns: the count; 0 for a read-only store.
   public func changeSetCount(after sequence: Int64, notWrittenBy author: String, in db: Database) throws -> Int64 {
     if isReadOnly { return 0 }
-    return try Int64.fetchOne(
-      db.cachedStatement(sql: "SELECT count(*) FROM \(StoreState.historyTable) WHERE seq > ? AND author IS NOT ?"),
-      arguments: [sequence, author]) ?? 0
+    return try History.count(after: sequence, notWrittenBy: author, db)
   }
 }

@@ -272,7 +272,7 @@ public final class Store: Sendable {
   /// The sequence number of the last committed change set (0 before any).
   public func currentSequence() throws -> Int64 {
     if isReadOnly { return 0 }
-    return try read { try StoreState.readSequence($0, path: path) }
+    return try read { try History.lastSequence($0) }
   }
 
   // MARK: History
@@ -296,7 +296,7 @@ public final class Store: Sendable {
   /// The last committed sequence number as `db`'s transaction sees it.
   public func currentSequence(in db: Database) throws -> Int64 {
     if isReadOnly { return 0 }
-    return try StoreState.readSequence(db, path: path)
+    return try History.lastSequence(db)
   }
 
   /// The oldest sequence number the history holds as `db` sees it.

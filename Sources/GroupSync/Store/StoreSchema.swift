@@ -43,7 +43,7 @@ public enum StoreSchema {
   }
 
   /// `PRAGMA schema_version`: it moves with every change to the schema.
-  static func version(_ db: Database) throws -> Int64 {
+  public static func version(_ db: Database) throws -> Int64 {
     try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA main.schema_version")) ?? 0
   }
 

@@ -47,12 +47,6 @@ enum StoreState {
     return id
   }
 
-  /// The last sequence number committed (0 before any).
-  static func readSequence(_ db: Database, path: String) throws -> Int64 {
-    // max() of an INTEGER PRIMARY KEY reads the last b-tree entry: O(log n).
-    try Int64.fetchOne(db.cachedStatement(sql: "SELECT coalesce(max(seq), 0) FROM \(historyTable)")) ?? 0
-  }
-
   /// Appends `changeSet` (which holds its sequence number, the next one) to
   /// the history, inside the open transaction.
   static func append(_ changeSet: ChangeSet, payload: [UInt8], author: String?, _ db: Database) throws {

@@ -133,7 +133,7 @@ enum ProcessHarness {
     return try queue.write { db in
       let (table, rowID) = try body(db)
       let storeID = try StoreState.readStoreID(db, path: path)
-      let sequence = try StoreState.readSequence(db, path: path) + 1
+      let sequence = try History.lastSequence(db) + 1
       let changeSet = ChangeSet(
         storeID: storeID, sequence: sequence, committedAtNanoseconds: committedAtNanoseconds, writerProcessID: 4242,
         tables: [TableName(table): TableChanges(inserted: [rowID])], invalidatedTableNames: [])
