@@ -97,9 +97,12 @@ struct DurableListenerTests {
     #expect(try await ListenerHarness.nextChanges(again).sequence == written[2])
     #expect(try await ListenerHarness.nextChanges(again).sequence == written[3])
     let some = try #require(try group.store.history(after: written[2] - 1, limit: 1).first?.changeSet.get())
-    await #expect(throws: GroupSyncError.self) {
+    await #expect(throws: GroupSyncError.acknowledgementOfOtherKind(listener: "uploader", placeKeptInStore: false)) {
       try await group.store.write { db in try again.acknowledge(some, in: db) }
     }
+    let passing = try group.listen()
+    defer { passing.close() }
+    #expect(throws: GroupSyncError.listenerNotDurable(passing.name)) { try passing.acknowledge(some) }
   }
 
   @Test func aPlaceKeptInTheStoreCommitsWithTheConsumersChanges() async throws {
@@ -129,6 +132,9 @@ struct DurableListenerTests {
     #expect(again.startSequence == copies.last)
     let redelivered = try await ListenerHarness.nextChanges(again)
     #expect(redelivered.sequence == copies.last! + 1, "the change set whose handling rolled back comes again")
+    #expect(throws: GroupSyncError.acknowledgementOfOtherKind(listener: "indexer", placeKeptInStore: true)) {
+      try again.acknowledge(redelivered)
+    }
     #expect(try await ProcessHarness.status(group.path).listeners.first { $0.name == "indexer" }?.acknowledged == copies.last)
   }
 

@@ -39,6 +39,16 @@ struct HistoryTests {
     #expect(try group.store.currentSequence() == published.last?.sequence)
   }
 
+  @Test func aWriteMayNameItsOwnAuthor() throws {
+    let group = try makeGroup(author: "app")
+    try group.store.write(author: "importer") { try $0.execute(sql: "INSERT INTO t(v) VALUES (1)") }
+    _ = try group.store.writeAndReturnChangeSet(author: "sync") { try $0.execute(sql: "INSERT INTO t(v) VALUES (2)") }
+    _ = try group.store.writeAndReport { try $0.execute(sql: "INSERT INTO t(v) VALUES (3)") }
+    #expect(try group.store.history(after: 1).map(\.author) == ["importer", "sync", "app"])
+    let count = try group.store.read { db in try group.store.changeSetCount(after: 1, notWrittenBy: "sync", in: db) }
+    #expect(count == 2)
+  }
+
   @Test func aRolledBackTransactionLeavesNoEntryAndNumbersStayGapless() throws {
     let group = try makeGroup()
     let before = try group.store.currentSequence()

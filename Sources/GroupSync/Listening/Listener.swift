@@ -135,8 +135,9 @@ public final class Listener: InProcessInbox, @unchecked Sendable {
   /// resumes after it. With ``Acknowledgement/automatic`` this happens when
   /// the next event is asked for.
   public func acknowledge(_ changeSet: ChangeSet) throws {
-    guard let cursor = sequencer(of: changeSet)?.cursor, case .file = cursor.storage else {
-      throw GroupSyncError.listenerNotDurable(name)
+    guard let cursor = sequencer(of: changeSet)?.cursor else { throw GroupSyncError.listenerNotDurable(name) }
+    guard case .file = cursor.storage else {
+      throw GroupSyncError.acknowledgementOfOtherKind(listener: name, placeKeptInStore: true)
     }
     try cursor.write(changeSet.sequence)
   }
@@ -145,8 +146,9 @@ public final class Listener: InProcessInbox, @unchecked Sendable {
   /// of the change set's store), for ``Acknowledgement/inStore``: the
   /// place commits, or rolls back, with the consumer's own changes.
   public func acknowledge(_ changeSet: ChangeSet, in db: Database) throws {
-    guard let cursor = sequencer(of: changeSet)?.cursor, case .store = cursor.storage else {
-      throw GroupSyncError.listenerNotDurable(name)
+    guard let cursor = sequencer(of: changeSet)?.cursor else { throw GroupSyncError.listenerNotDurable(name) }
+    guard case .store = cursor.storage else {
+      throw GroupSyncError.acknowledgementOfOtherKind(listener: name, placeKeptInStore: false)
     }
     try DurableCursor.write(changeSet.sequence, name: name, db)
   }

@@ -17,6 +17,11 @@ public enum GroupSyncError: Error, Equatable, Sendable, CustomStringConvertible 
   /// A durable listener's call (`acknowledge`) on a listener that is not
   /// durable: it keeps no place to move.
   case listenerNotDurable(String)
+  /// A durable listener acknowledged the way the other kind keeps its
+  /// place: `acknowledge(_:)` for a place kept in the store
+  /// (``Acknowledgement/inStore``), or `acknowledge(_:in:)` for one kept
+  /// in the cursor file.
+  case acknowledgementOfOtherKind(listener: String, placeKeptInStore: Bool)
   /// A host name (of a relay) is empty, too long, or has characters other
   /// than letters, digits, `-`, `_` and `.`.
   case invalidHostName(String)
@@ -84,6 +89,10 @@ public enum GroupSyncError: Error, Equatable, Sendable, CustomStringConvertible 
       return "listener name '\(name)' is in use by a live listener"
     case .listenerNotDurable(let name):
       return "listener '\(name)' is not durable: it keeps no place to acknowledge (listen with durable: true)"
+    case .acknowledgementOfOtherKind(let name, true):
+      return "listener '\(name)' keeps its place in the store: acknowledge inside store.write with acknowledge(_:in:)"
+    case .acknowledgementOfOtherKind(let name, false):
+      return "listener '\(name)' keeps its place in its cursor file: acknowledge with acknowledge(_:)"
     case .invalidHostName(let host):
       return "invalid host name '\(host)': use 1-64 letters, digits, '-', '_' or '.', not starting with '.'"
     case .relayLockHeld(let host):
