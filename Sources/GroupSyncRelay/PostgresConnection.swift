@@ -1,6 +1,6 @@
-import GroupSync
 import CLibPQ
 import Foundation
+import GroupSync
 #if canImport(Glibc)
 import Glibc
 #endif

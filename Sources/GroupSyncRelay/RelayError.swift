@@ -1,5 +1,5 @@
-import GroupSync
 import Foundation
+import GroupSync
 
 /// An error the relay throws or reports. Each case names what was wrong.
 public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {

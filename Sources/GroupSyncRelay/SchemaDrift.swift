@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GroupSync
 
 /// What the relay keeps while hosts run different versions of a schema
 /// (a rolling upgrade: each host runs its migrations when its new version
@@ -66,9 +67,7 @@ enum SchemaDrift {
 
   /// The SQL of the default `column` of `table` takes (`NULL` when it has none).
   static func defaultExpression(_ db: Database, table: String, column: String) throws -> String {
-    try Row.fetchAll(db, sql: "PRAGMA main.table_info(\(table.quotedDatabaseIdentifier))")
-      .first { ($0["name"] as String?)?.lowercased() == column.lowercased() }
-      .flatMap { $0["dflt_value"] as String? } ?? "NULL"
+    try StoreSchema.columns(of: table, db).first { $0.name.lowercased() == column.lowercased() }?.defaultSQL ?? "NULL"
   }
 
   /// Forgets what was kept for row `gid` (it was deleted).

@@ -1,5 +1,5 @@
-import GroupSync
 import Foundation
+import GroupSync
 #if canImport(Glibc)
 import Glibc
 #endif

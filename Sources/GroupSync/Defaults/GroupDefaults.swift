@@ -235,13 +235,4 @@ extension Store {
     try transaction.set(change.newValue, forKey: change.key)
     for net in transaction.netChanges() { try addNote(net.note(), in: db) }
   }
-
-  /// Adds `note` to the change set of the open `write(_:)` of this
-  /// store (a relay re-posting another host's notification uses it).
-  ///
-  /// - Throws: ``GroupSyncError/noteOutsideWrite`` outside `write`.
-  public func addNote(_ note: ChangeSetNote, in db: Database) throws {
-    try checkWritable()
-    try recorder.addNote(note, db)
-  }
 }

@@ -44,30 +44,25 @@ final class FanOut: Sendable {
   private let folders = Locked(Folders())
 
   /// Finds this process's own inboxes of a group, by the group folder's
-  /// path (see ``deliverInProcess(through:)``).
-  private let inProcess = Locked<@Sendable (String) -> [any InProcessInbox]>({ _ in [] })
+  /// path: change sets go to them in memory, and their folders on disk
+  /// are skipped.
+  private let inProcessInboxes: @Sendable (String) -> [any InProcessInbox]
 
   /// Temporary files older than this, of a writer that is gone, are removed.
   static let staleTemporaryAge: Double = 300
   private static let tmpSweepInterval: Duration = .seconds(60)
 
-  init(root: SafeDirectory) {
+  init(root: SafeDirectory, inProcessInboxes: @escaping @Sendable (String) -> [any InProcessInbox]) {
     self.root = root
     rootPath = root.path
-  }
-
-  /// From now on, hands change sets in memory to the inboxes of this
-  /// process that `inboxes` finds for a group folder's path, and skips
-  /// their folders on disk.
-  func deliverInProcess(through inboxes: @escaping @Sendable (String) -> [any InProcessInbox]) {
-    inProcess.withLock { $0 = inboxes }
+    self.inProcessInboxes = inProcessInboxes
   }
 
   /// Delivers `changeSet` of store `store` (encoded as `bytes`) and says
   /// which live listeners did not get it; they fill the gap from the
   /// store's history.
   func deliver(_ changeSet: ChangeSet, encoded bytes: [UInt8], store: String) -> [PublishFailure] {
-    let local = inProcess.withLock { $0 }(rootPath)
+    let local = inProcessInboxes(rootPath)
     for inbox in local { inbox.receiveInProcess(changeSet, store: store) }
     let localNames = Set(local.map(\.name))
     return folders.withLock { folders in

@@ -59,9 +59,10 @@ public final class GroupFolder: Sendable {
     } else if !create {
       throw GroupSyncError.notAGroupFolder(path)
     }
-    directory = try StoreDirectory(root: root, layout: layout, configuration: configuration, options: options)
     // This process's listeners get its change sets in memory.
-    directory.fanOut.deliverInProcess { LocalListeners.shared.inboxes(in: $0) }
+    directory = try StoreDirectory(
+      root: root, layout: layout, configuration: configuration, options: options,
+      inProcessInboxes: { LocalListeners.shared.inboxes(in: $0) })
     store = directory.main
     let directory = directory
     noteHub = NoteHub {

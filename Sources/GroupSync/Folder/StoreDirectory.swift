@@ -27,12 +27,17 @@ final class StoreDirectory: Sendable {
     let isReadOnly: Bool
   }
 
-  init(root: SafeDirectory, layout: GroupLayout, configuration: Configuration, options: StoreOptions) throws {
+  /// - Parameter inProcessInboxes: this process's own inboxes of a group,
+  ///   by the group folder's path, which get change sets in memory.
+  init(
+    root: SafeDirectory, layout: GroupLayout, configuration: Configuration, options: StoreOptions,
+    inProcessInboxes: @escaping @Sendable (String) -> [any InProcessInbox]
+  ) throws {
     self.root = root
     self.layout = layout
     self.configuration = configuration
     self.options = options
-    fanOut = FanOut(root: root)
+    fanOut = FanOut(root: root, inProcessInboxes: inProcessInboxes)
     main = try Self.openWritable(
       GroupLayout.mainStoreName, path: layout.store, root: root, fanOut: fanOut, configuration: configuration,
       options: options)

@@ -1,5 +1,4 @@
 import Foundation
-import Logging
 
 /// A listener's folders, `listeners/`, `listeners/NAME/` and its inbox,
 /// as held open; made anew when something replaced them.

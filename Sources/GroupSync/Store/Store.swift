@@ -249,6 +249,15 @@ public final class Store: Sendable {
     return output!
   }
 
+  /// Adds `note` to the change set of the open `write(_:)` of this
+  /// store (a relay re-posting another host's notification uses it).
+  ///
+  /// - Throws: ``GroupSyncError/noteOutsideWrite`` outside `write`.
+  public func addNote(_ note: ChangeSetNote, in db: Database) throws {
+    try checkWritable()
+    try recorder.addNote(note, db)
+  }
+
   private func published(_ sequence: Int64?) -> CommitPublisher.Outcome? {
     guard let sequence, let publisher = writer?.publisher else { return nil }
     return publisher.publish(through: sequence)
@@ -327,7 +336,8 @@ public final class Store: Sendable {
 
   func publishPending() { writer?.publisher.publish(through: nil) }
 
-  /// The open write's recorder; for the store's own extensions.
+  /// The commit recorder (writable stores only), for the store's own
+  /// extensions (migrations).
   var recorder: CommitRecorder { writer!.recorder }
 
   /// Runs `body`, in which the writer connection notifies GRDB's observers

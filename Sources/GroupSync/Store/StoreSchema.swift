@@ -34,12 +34,17 @@ public enum StoreSchema {
   }
 
   /// One column as `pragma_table_info` describes it.
-  struct Column: Equatable {
-    let name: String
+  public struct Column: Sendable, Equatable {
+    /// The name as the schema spells it.
+    public let name: String
     /// The declared type, as written.
-    let type: String
+    public let type: String
     /// Its position in the primary key, from 1; 0 when not part of it.
-    let primaryKeyIndex: Int
+    public let primaryKeyIndex: Int
+    /// Whether it is declared NOT NULL.
+    public let isNotNull: Bool
+    /// The SQL of its default value, nil when it has none.
+    public let defaultSQL: String?
   }
 
   /// `PRAGMA schema_version`: it moves with every change to the schema.
@@ -77,11 +82,12 @@ public enum StoreSchema {
   }
 
   /// The columns of `table` in declaration order, without hidden ones.
-  static func columns(of table: String, _ db: Database) throws -> [Column] {
+  public static func columns(of table: String, _ db: Database) throws -> [Column] {
     try Row.fetchAll(
-      db.cachedStatement(sql: "SELECT name, type, pk FROM pragma_table_info(?, 'main') ORDER BY cid"),
+      db.cachedStatement(
+        sql: "SELECT name, type, pk, \"notnull\", dflt_value FROM pragma_table_info(?, 'main') ORDER BY cid"),
       arguments: [table]
-    ).map { Column(name: $0[0], type: $0[1], primaryKeyIndex: $0[2]) }
+    ).map { Column(name: $0[0], type: $0[1], primaryKeyIndex: $0[2], isNotNull: $0[3], defaultSQL: $0[4]) }
   }
 
   /// How to name the rowid of `table` in SQL: `_rowid_`, `rowid` or `oid`,
