@@ -21,8 +21,17 @@ struct Applier {
   /// Entries applied per local transaction at most.
   static let batchSize = 256
 
+  /// An entry to apply: its position, origin and body decoded.
+  private typealias Pending = (position: Int64, origin: String, originSequence: Int64, entry: LogEntry)
+
   /// Applies what the log holds past the applied place; returns whether
   /// anything was applied.
+  ///
+  /// The entries right after the place come from the notifications that
+  /// carried them (``SharedLog/Hint``) when they did: no round trip.
+  /// Otherwise the log is read from the place, when a notification told
+  /// of an entry past it or ``ReplicaContext/mustReadLog`` asks (after a
+  /// connect, and on the relay's timer).
   @discardableResult
   func apply(_ log: SharedLog) throws -> Bool {
     let context = self.context
@@ -30,6 +39,40 @@ struct Applier {
       try resync(log, reason: reason, diverged: true)
       return true
     }
+    let entries: [Pending]
+    if let carried = try carriedEntries() {
+      entries = carried
+    } else if context.mustReadLog || context.logHead > context.place.applied {
+      guard let read = try readEntries(log) else { return true }
+      entries = read
+    } else {
+      return false
+    }
+    if entries.isEmpty { return false }
+    return try apply(entries, log)
+  }
+
+  /// The entries the notifications carried from the applied place on, in
+  /// order (nil when none follows the place).
+  private func carriedEntries() throws -> [Pending]? {
+    let context = self.context
+    let applied = context.place.applied
+    context.carried = context.carried.filter { $0.key > applied }
+    var entries: [Pending] = []
+    while entries.count < Self.batchSize, let stored = context.carried.removeValue(forKey: applied + 1 + Int64(entries.count)) {
+      guard let body = stored.body else { break }
+      entries.append(
+        (stored.position, stored.origin.host, stored.origin.sequence,
+         try LogEntry.decode(body, store: context.storeName, sequence: stored.position)))
+    }
+    return entries.isEmpty ? nil : entries
+  }
+
+  /// Reads the entries from the applied place on, and checks that the log
+  /// still holds what this host applied; nil when it re-synchronised
+  /// instead.
+  private func readEntries(_ log: SharedLog) throws -> [Pending]? {
+    let context = self.context
     let applied = context.place.applied
     // One snapshot: the clock row, and the entries from the applied place
     // on. The applied entry itself comes too, to check that the log still
@@ -37,10 +80,10 @@ struct Applier {
     guard
       let window = try log.window(
         context.replica, from: max(applied, 1), limit: Self.batchSize + 1, bodiesAfter: applied)
-    else { return false }
+    else { return [] }
     let head = window.head, purged = window.purged
     context.logHead = head
-    var entries: [(position: Int64, origin: String, originSequence: Int64, entry: LogEntry)] = []
+    var entries: [Pending] = []
     var atPlace: EntryOrigin?
     var expected = applied + 1
     for stored in window.entries {
@@ -57,11 +100,11 @@ struct Applier {
     }
     if let reason = Self.divergence(place: context.place, head: head, purged: purged, entryAtPlace: atPlace) {
       try resync(log, reason: reason, diverged: true)
-      return true
+      return nil
     }
     if applied < purged {
       try resync(log, reason: "this host's place \(applied) was purged (log kept from \(purged + 1))")
-      return true
+      return nil
     }
     if entries.isEmpty {
       // Positions are gapless and this is one snapshot: past the place,
@@ -70,8 +113,18 @@ struct Applier {
         throw RelayError.invalidEntry(
           store: context.storeName, sequence: expected, reason: "entry \(expected) is missing from the log")
       }
-      return false
+      context.mustReadLog = false
+      return []
     }
+    // The log was read up to its head as of this snapshot.
+    if entries.last?.position == head { context.mustReadLog = false }
+    return entries
+  }
+
+  /// Applies `entries`, the next ones after the applied place, in one
+  /// local transaction.
+  private func apply(_ entries: [Pending], _ log: SharedLog) throws -> Bool {
+    let context = self.context
     guard let last = entries.last else { return false }
     // The log reaches at least this far, whether or not the entries apply.
     context.logHead = max(context.logHead, last.position)
@@ -119,11 +172,12 @@ struct Applier {
       .applied(
         store: context.storeName, position: last.position, entries: entries.count, rows: rowCount,
         localSequence: changeSet?.sequence))
+    context.appliedEntries += Int64(entries.count)
     for (_, origin, _, entry) in entries where origin != context.host {
       context.conflicts += Int64(entry.conflicts.count)
       for conflict in entry.conflicts { context.emit(.conflict(conflict)) }
     }
-    try log.recordApplied(context.replica, through: last.position)
+    log.recordApplied(context.replica, through: last.position)
     return true
   }
 

@@ -33,6 +33,8 @@ final class PostgresConnection: @unchecked Sendable {
 
   private let connection: OpaquePointer
   private let timeouts: RelayTimeouts
+  /// Batches sent and answered: each is one round trip.
+  private(set) var roundTrips: Int64 = 0
   /// Readable once the owner stops: every wait then gives up.
   private let stop: WakePipe?
 
@@ -137,6 +139,7 @@ final class PostgresConnection: @unchecked Sendable {
       guard sent == 1 else { throw failure("PQsendQueryParams") }
     }
     guard PQpipelineSync(connection) == 1 else { throw failure("PQpipelineSync") }
+    roundTrips += 1
     try flush(until: deadline)
     var results: [[[String?]]] = []
     var firstError: RelayError?

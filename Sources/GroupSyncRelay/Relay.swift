@@ -62,6 +62,13 @@ public final class Relay: @unchecked Sendable {
   private var doorbell: Doorbell?
   private var fileLock: RelayLock?
   private var lastStatusWrite = ContinuousClock.now - .seconds(10)
+  /// Round trips of earlier sessions, and of shipping and applying.
+  private var roundTripsBefore: Int64 = 0
+  private var shippingRoundTrips: Int64 = 0
+  private var applyingRoundTrips: Int64 = 0
+  /// How long this host's applied place may wait to ride on another round
+  /// trip before it is sent on its own.
+  private static let bookkeepingDelay = Duration.milliseconds(200)
 
   /// Makes a relay; ``start()`` starts it.
   ///
@@ -276,7 +283,11 @@ public final class Relay: @unchecked Sendable {
         lastError = nil
       }
       refreshStatus(force: false)
-      waitForWake(configuration.pollInterval)
+      if waitForWake(configuration.pollInterval) {
+        // Quiet for a whole interval: look at the log itself, in case a
+        // commit went by without a notification this session saw.
+        for context in contexts { context.mustReadLog = true }
+      }
     }
     shutDown()
   }
@@ -300,6 +311,12 @@ public final class Relay: @unchecked Sendable {
     try log.lockHost(group: configuration.group, host: configuration.host)
     try log.listen()
     self.log = log
+    for context in contexts {
+      // What notifications of an earlier session carried may have been
+      // lost with it (a failover): the log is read again.
+      context.carried = [:]
+      context.mustReadLog = true
+    }
     needsRecovery = true
     setConnected(true)
   }
@@ -325,17 +342,32 @@ public final class Relay: @unchecked Sendable {
     for context in contexts where context.divergence != nil { try Applier(context: context).apply(log) }
     // After a migration here: its new columns filled in before anything ships.
     for context in contexts { try Applier(context: context).reconcileSchema() }
+    if let stopped = try counting(\.shippingRoundTrips, log, { try shipAll(log) }) { return stopped }
+    // The shipments' own notifications came with their answers.
+    takeNotifications(log)
+    return try counting(\.applyingRoundTrips, log) { try applyAll(log) }
+  }
+
+  /// Ships what every store has pending; nil when it is all shipped.
+  private func shipAll(_ log: SharedLog) throws -> PassOutcome? {
     for context in contexts {
       shipping: while true {
         switch try Shipper(context: context).ship(log) {
         case .nothing: break shipping
         case .shipped:
+          context.shippedEntries += 1
           failpoints.shipmentCommitted()
           if isStopping { return .done }
         case .recover(let reason): return .recover(reason)
         }
       }
     }
+    return nil
+  }
+
+  /// Applies what the log holds for every store, and sends this host's
+  /// applied places if they waited long enough for a round trip to ride.
+  private func applyAll(_ log: SharedLog) throws -> PassOutcome {
     // A store whose entry is refused (schema) does not hold up the others;
     // the first such error is reported once they are done.
     var refused: (any Error)?
@@ -349,7 +381,17 @@ public final class Relay: @unchecked Sendable {
       }
     }
     if let refused { throw refused }
+    try log.flushDeferred(olderThan: Self.bookkeepingDelay)
     return .done
+  }
+
+  /// Runs `body`, adding the round trips it made to the counter at `key`.
+  private func counting<T>(
+    _ key: ReferenceWritableKeyPath<Relay, Int64>, _ log: SharedLog, _ body: () throws -> T
+  ) rethrows -> T {
+    let before = log.roundTrips
+    defer { self[keyPath: key] += log.roundTrips - before }
+    return try body()
   }
 
   /// After a (re)connect, this host's shipped place on the server and
@@ -400,12 +442,16 @@ public final class Relay: @unchecked Sendable {
     context.place.lastShipment = shipped
   }
 
-  /// Waits for a local commit, a notification or `timeout`. A
-  /// notification libpq already read (while a statement ran) counts at
-  /// once: the socket will not show it again.
-  private func waitForWake(_ timeout: Duration) {
-    if let log, log.isConnected, let queued = try? log.notifications(), !queued.isEmpty {
-      return
+  /// Waits for a local commit, a notification or `timeout` (shorter when
+  /// this host's bookkeeping is due to be sent); returns true when nothing
+  /// came. A notification libpq already read (while a statement ran)
+  /// counts at once: the socket will not show it again.
+  @discardableResult
+  private func waitForWake(_ timeout: Duration) -> Bool {
+    if let log, log.isConnected, takeNotifications(log) { return false }
+    var timeout = timeout
+    if let log, let since = log.oldestDeferred {
+      timeout = min(timeout, max(.milliseconds(1), since + Self.bookkeepingDelay - .now))
     }
     var fds = [pollfd(fd: wake.readEnd, events: Int16(POLLIN), revents: 0)]
     if let log, log.isConnected, log.socket >= 0 {
@@ -413,20 +459,35 @@ public final class Relay: @unchecked Sendable {
     }
     let milliseconds = Int32(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
     let ready = poll(&fds, nfds_t(fds.count), max(milliseconds, 1))
-    guard ready > 0 else { return }
+    guard ready > 0 else { return log?.oldestDeferred == nil }
     if fds[0].revents != 0 { wake.drain() }
-    if fds.count > 1, fds[1].revents != 0, let log {
-      do {
-        _ = try log.notifications()
-      } catch {
-        dropSession("\(error)", tell: true)
+    if fds.count > 1, fds[1].revents != 0, let log { takeNotifications(log) }
+    return false
+  }
+
+  /// Reads the notifications received and hands each store what they
+  /// tell about it; returns whether there were any.
+  @discardableResult
+  private func takeNotifications(_ log: SharedLog) -> Bool {
+    let received: [(channel: String, payload: String)]
+    do {
+      received = try log.notifications()
+    } catch {
+      dropSession("\(error)", tell: true)
+      return false
+    }
+    for notification in received where notification.channel == SharedLog.channel {
+      for context in contexts {
+        if let hint = SharedLog.Hint.parse(notification.payload, for: context.replica) { context.take(hint) }
       }
     }
+    return !received.isEmpty
   }
 
   /// Drops the session (the server rolls back what it held and frees
   /// the host's lock) and tells why, unless it just did.
   private func dropSession(_ reason: String, tell: Bool) {
+    roundTripsBefore += log?.roundTrips ?? 0
     log = nil
     setConnected(false)
     needsRecovery = true
@@ -439,6 +500,7 @@ public final class Relay: @unchecked Sendable {
 
   private func shutDown() {
     doorbell?.close()
+    if let log, log.isConnected { try? log.flushDeferred() }
     log = nil
     setConnected(false)
     refreshStatus(force: true)
@@ -482,8 +544,17 @@ public final class Relay: @unchecked Sendable {
           lagChangeSets: max(0, context.logHead - context.place.applied), lagSeconds: lagSeconds,
           conflicts: context.conflicts, heldRows: local.2))
     }
+    let roundTrips = roundTripsBefore + (log?.roundTrips ?? 0)
+    let (shipping, applying) = (shippingRoundTrips, applyingRoundTrips)
+    let shipped = contexts.reduce(0) { $0 + $1.shippedEntries }
+    let applied = contexts.reduce(0) { $0 + $1.appliedEntries }
     let status = lock.withLock { () -> RelayStatus in
       current.stores = stores
+      current.roundTrips = roundTrips
+      current.shippingRoundTrips = shipping
+      current.applyingRoundTrips = applying
+      current.shippedEntries = shipped
+      current.appliedEntries = applied
       current.updatedAtNanoseconds = Int64(Date().timeIntervalSince1970 * 1e9)
       current.isLive = !finishedSoon
       return current

@@ -9,8 +9,8 @@ import Glibc
 ///
 /// - `kill-after-ship-commit:N`: SIGKILL right after the Nth shipment's
 ///   COMMIT returned, before the relay's own bookkeeping.
-/// - `stall-in-shipment:SECONDS`: in the first shipment that carries
-///   rows, after its row
+/// - `stall-in-shipment:SECONDS`: the first shipment that carries rows
+///   takes the settled path (as when rows moved), and after its row
 ///   locks are taken and before the statement that takes the position,
 ///   print `groupsync-relay: failpoint stall-in-shipment` on stderr and
 ///   stop talking to the server for SECONDS (a frozen host).
@@ -50,6 +50,13 @@ final class RelayFailpoints: @unchecked Sendable {
       return left - 1 <= 0
     }
     if kill { raise(SIGKILL) }
+  }
+
+  /// Whether a stall waits for the next shipment, if it carries rows: that
+  /// shipment then takes the settled path, whose two round trips the
+  /// stall comes between.
+  func stallsNextShipment(carriesRows: Bool) -> Bool {
+    carriesRows && lock.withLock { stallSeconds != nil }
   }
 
   /// Stalls the first shipment that carries rows (once), or until `stop`

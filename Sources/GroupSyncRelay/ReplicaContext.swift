@@ -26,8 +26,18 @@ final class ReplicaContext: @unchecked Sendable {
   /// The places, as committed locally (`shipped` may lag PostgreSQL's
   /// until ``Relay`` recovered it after a crash).
   var place: RowIdentityMap.Place
-  /// The log's last position as last read, and its purge horizon.
+  /// The log's last position as last read or told by a notification.
   var logHead: Int64 = 0
+  /// Entries past the applied place that notifications carried, by
+  /// position (see ``SharedLog/Hint``).
+  var carried: [Int64: SharedLog.StoredEntry] = [:]
+  /// Whether the next pass reads the log from the applied place even if
+  /// no notification told of an entry past it: after a connect, and on
+  /// the relay's timer (a notification is a hint; the log is the truth).
+  var mustReadLog = true
+  /// Entries shipped and applied since the relay started.
+  var shippedEntries: Int64 = 0
+  var appliedEntries: Int64 = 0
   var conflicts: Int64 = 0
   /// The store's schema version when the relay last reconciled with it
   /// (nil: not yet since it started).
@@ -39,6 +49,17 @@ final class ReplicaContext: @unchecked Sendable {
   /// Rung once the relay stops (waits give up).
   let stop: WakePipe?
   let failpoints: RelayFailpoints
+
+  /// Takes what `hint` tells about this store: the log reaches its
+  /// position, and the entry it carries waits to be applied. At most
+  /// ``carriedLimit`` entries wait; past that, the log is read instead.
+  func take(_ hint: SharedLog.Hint) {
+    logHead = max(logHead, hint.position)
+    guard let entry = hint.entry, entry.position > place.applied, carried.count < Self.carriedLimit else { return }
+    carried[entry.position] = entry
+  }
+
+  static let carriedLimit = 4096
 
   init(
     store: Store, storeName: String, group: String, host: String, policy: ConflictPolicy, author: String,

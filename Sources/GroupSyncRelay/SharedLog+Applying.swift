@@ -24,7 +24,8 @@ extension SharedLog {
   /// store, and at most `limit` entries from position `from` on, with the
   /// bodies of those after `bodiesAfter` (nil when there is no clock row).
   func window(_ replica: Replica, from: Int64, limit: Int, bodiesAfter: Int64) throws -> Window? {
-    let rows = try connection.execute(
+    let rows = try exchange([
+      Statement(
       """
       SELECT k.seq, k.purged_through, c.seq, c.origin_host, c.origin_seq, c.body
       FROM gs_clock k LEFT JOIN LATERAL (
@@ -32,7 +33,8 @@ extension SharedLog {
         WHERE grp = k.grp AND store = k.store AND seq >= $3 ORDER BY seq LIMIT $4) c ON true
       WHERE k.grp = $1 AND k.store = $2
       """,
-      [replica.group, replica.store, String(from), String(limit), String(bodiesAfter)])
+      [replica.group, replica.store, String(from), String(limit), String(bodiesAfter)]),
+    ])[0]
     guard let clock = rows.first, let head = Self.integer(clock[0]) else { return nil }
     var entries: [StoredEntry] = []
     for row in rows {
@@ -43,11 +45,15 @@ extension SharedLog {
     return Window(head: head, purged: Self.integer(clock[1]) ?? 0, entries: entries)
   }
 
-  /// Records `replica`'s applied place.
-  func recordApplied(_ replica: Replica, through position: Int64) throws {
-    try connection.execute(
-      "UPDATE gs_host SET applied_seq = $4, seen_at = now() WHERE grp = $1 AND store = $2 AND host = $3",
-      [replica.group, replica.store, replica.host, String(position)])
+  /// Records `replica`'s applied place with the next round trip (see
+  /// ``deferBookkeeping(_:for:)``): it is the other hosts' view of this
+  /// one, never this host's own truth (that commits with the rows).
+  func recordApplied(_ replica: Replica, through position: Int64) {
+    deferBookkeeping(
+      Statement(
+        "UPDATE gs_host SET applied_seq = $4, seen_at = now() WHERE grp = $1 AND store = $2 AND host = $3",
+        [replica.group, replica.store, replica.host, String(position)]),
+      for: replica)
   }
 
   /// The rows' current images of `replica`'s store and the log's head,
@@ -98,11 +104,13 @@ extension SharedLog {
   /// How long ago the oldest entry of `replica`'s store after `applied`
   /// committed, in seconds (nil when there is none).
   func lagSeconds(_ replica: Replica, after applied: Int64) throws -> Double? {
-    let rows = try connection.execute(
-      """
-      SELECT extract(epoch from clock_timestamp() - committed_at) FROM gs_change
-      WHERE grp = $1 AND store = $2 AND seq > $3 ORDER BY seq LIMIT 1
-      """, [replica.group, replica.store, String(applied)])
+    let rows = try exchange([
+      Statement(
+        """
+        SELECT extract(epoch from clock_timestamp() - committed_at) FROM gs_change
+        WHERE grp = $1 AND store = $2 AND seq > $3 ORDER BY seq LIMIT 1
+        """, [replica.group, replica.store, String(applied)]),
+    ])[0]
     return rows.first.flatMap { $0[0] }.flatMap { Double($0) }
   }
 }

@@ -24,7 +24,7 @@ extension SharedLog {
   /// `place` (this host's applied place): one round trip.
   func enroll(_ replica: Replica, place: Int64) throws -> Enrollment {
     let keys: [String?] = [replica.group, replica.store, replica.host]
-    let results = try connection.run([
+    let results = try exchange([
       .init("INSERT INTO gs_host(grp, store, host) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", keys),
       .init("INSERT INTO gs_clock(grp, store) VALUES ($1, $2) ON CONFLICT DO NOTHING", [replica.group, replica.store]),
       .init("SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3", keys),

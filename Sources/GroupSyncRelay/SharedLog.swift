@@ -25,25 +25,37 @@ import Foundation
 /// - `gs_host(grp, store, host, shipped_seq, applied_seq, seen_at)`: each
 ///   host's places; `shipped_seq` commits with the shipment.
 /// - `gs_conflict`: every conflict settled, with both images.
+/// - `gs_ship(…)`: a shipment as one statement (see
+///   ``ship(_:_:settled:)``), so that shipping costs one round trip.
 ///
 /// Used on the relay's thread only, as its connection is.
 final class SharedLog {
   /// A host's replica of a store in a group: the key of its rows.
-  struct Replica: Sendable, Equatable {
+  struct Replica: Sendable, Hashable {
     let group: String
     let store: String
     let host: String
   }
 
-  /// The channel every relay LISTENs on; payloads are `GROUP/STORE:SEQ`,
-  /// a hint only (the log is the truth).
+  /// The channel every relay LISTENs on; see ``Hint`` for its payloads.
   static let channel = "gs_changes"
 
   let connection: PostgresConnection
 
+  /// Statements of this host's own bookkeeping (its applied places) that
+  /// wait to ride on the next round trip, by replica, and since when the
+  /// oldest waits.
+  private var deferred: [Replica: Statement] = [:]
+  private var deferredSince: ContinuousClock.Instant?
+
+  typealias Statement = PostgresConnection.Statement
+
   init(_ connection: PostgresConnection) {
     self.connection = connection
   }
+
+  /// Round trips to the server so far on this session.
+  var roundTrips: Int64 { connection.roundTrips }
 
   // MARK: The session
 
@@ -58,6 +70,39 @@ final class SharedLog {
 
   /// Rolls back an open transaction, if any, ignoring failures.
   func rollBackQuietly() { connection.rollBackQuietly() }
+
+  // MARK: Bookkeeping that rides along
+
+  /// Queues `statement` as `replica`'s bookkeeping (replacing what it
+  /// queued before): it goes with the next round trip that runs outside a
+  /// transaction, or with ``flushDeferred(olderThan:)``.
+  func deferBookkeeping(_ statement: Statement, for replica: Replica) {
+    deferred[replica] = statement
+    deferredSince = deferredSince ?? .now
+  }
+
+  /// When the oldest deferred statement was queued (nil: none waits).
+  var oldestDeferred: ContinuousClock.Instant? { deferredSince }
+
+  /// Sends the deferred statements on their own, if the oldest has waited
+  /// `age` or more.
+  func flushDeferred(olderThan age: Duration = .zero) throws {
+    guard let since = deferredSince, ContinuousClock.now - since >= age else { return }
+    _ = try exchange([])
+  }
+
+  /// Runs `statements` in one round trip, outside any transaction, after
+  /// the deferred bookkeeping (one implicit transaction with them: if any
+  /// fails, nothing is done and the bookkeeping waits on). Returns the
+  /// rows of `statements` only.
+  func exchange(_ statements: [Statement]) throws -> [[[String?]]] {
+    let riding = Array(deferred.values)
+    guard !riding.isEmpty || !statements.isEmpty else { return [] }
+    let results = try connection.run(riding + statements)
+    deferred = [:]
+    deferredSince = nil
+    return Array(results.dropFirst(riding.count))
+  }
 
   /// Bounds every wait of the relay's session on the server (see
   /// ``RelayTimeouts``), and keeps the server's NOTICEs ("relation already
@@ -108,6 +153,7 @@ final class SharedLog {
       tbl text NOT NULL, gid text NOT NULL, rule text NOT NULL, winner_host text NOT NULL,
       loser_host text NOT NULL, record text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())
     """,
+    shipFunction,
   ]
 
   /// Takes the session-level advisory lock of `host` in `group`, which the

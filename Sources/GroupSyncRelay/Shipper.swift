@@ -175,22 +175,49 @@ struct Shipper {
     case alreadyShipped(shipped: Int64)
   }
 
-  /// One shipment, in two round trips, so that the store's clock row is
+  /// One shipment, in one round trip when no row it writes moved on in
+  /// the log since the image this host wrote on (``SharedLog/ship(_:_:settled:)``,
+  /// the usual case); else in two more, so that the store's clock row is
   /// never locked while the server waits for this host:
   ///
   /// 1. lock this host's shipped place and the rows of `gs_row` the
   ///    shipment writes, and read their images
   ///    (``SharedLog/beginShipment(_:targets:)``);
-  /// 2. settle each image against them here, then take the next position,
-  ///    record the winners, append the entry and its conflicts and move
-  ///    the shipped place, through `COMMIT`
-  ///    (``SharedLog/finishShipment(_:_:)``).
+  /// 2. settle each image against them here, then ship settled: take the
+  ///    next position, record the winners, append the entry and its
+  ///    conflicts and move the shipped place, through `COMMIT`.
   ///
   /// The server runs the second batch through COMMIT without waiting for
   /// the client: a host cut off or frozen at any instant holds no clock
   /// lock, and the row locks of step 1 at most until the server's
   /// `idle_in_transaction_session_timeout` ends its session.
   private func send(_ plan: Plan, _ log: SharedLog) throws -> Outcome {
+    let context = self.context
+    // A stall asked for (a frozen host, in a test) is one between the
+    // settled path's two round trips.
+    if !context.failpoints.stallsNextShipment(carriesRows: !plan.tables.isEmpty) {
+      let entry = LogEntry(tables: plan.tables, conflicts: [], notes: plan.notes.isEmpty ? nil : plan.notes)
+      let winners = try plan.tables.flatMap { table in
+        let columns = try Self.json(table.columns)
+        return try table.rows.map { image in
+          SharedLog.Winner(
+            table: table.name, gid: image.gid, base: image.base, columns: columns, data: try image.values.map(Self.json))
+        }
+      }
+      let shipment = SharedLog.Shipment(
+        through: plan.through, body: try entry.encoded(), retention: context.retention, winners: winners,
+        conflicts: [])
+      switch try log.ship(context.replica, shipment, settled: false) {
+      case .shipped(let position): return .shipped(position: position, entry: entry)
+      case .alreadyShipped(let through): return .alreadyShipped(shipped: through)
+      case .rowsMoved: break
+      }
+    }
+    return try sendSettled(plan, log)
+  }
+
+  /// ``send(_:_:)`` when rows moved: settled here between two round trips.
+  private func sendSettled(_ plan: Plan, _ log: SharedLog) throws -> Outcome {
     let context = self.context
     let targets = plan.tables.flatMap { table in table.rows.map { (table: table.name, gid: $0.gid) } }
     do {
@@ -207,19 +234,28 @@ struct Shipper {
         let resolved = try settle(table, current: current, conflicts: &entry.conflicts, winners: &winners)
         if !resolved.rows.isEmpty { entry.tables.append(resolved) }
       }
-      let conflicts = try entry.conflicts.map { ($0, String(decoding: try JSONEncoder().encode($0), as: UTF8.self)) }
+      let conflicts = try entry.conflicts.map { ($0, try Self.json($0)) }
       context.failpoints.stallInShipment(stop: context.stop, carriesRows: !plan.tables.isEmpty)
-      let position = try log.finishShipment(
+      let shipped = try log.ship(
         context.replica,
         SharedLog.Shipment(
           through: plan.through, body: try entry.encoded(), retention: context.retention, winners: winners,
-          conflicts: conflicts))
+          conflicts: conflicts),
+        settled: true)
+      guard case .shipped(let position) = shipped else {
+        throw RelayError.invalidEntry(store: context.storeName, sequence: 0, reason: "a settled shipment was refused")
+      }
       for index in entry.conflicts.indices { entry.conflicts[index].sequence = position }
       return .shipped(position: position, entry: entry)
     } catch {
       log.rollBackQuietly()
       throw error
     }
+  }
+
+  /// `value` as JSON text.
+  private static func json(_ value: some Encodable) throws -> String {
+    String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
   }
 
   /// A row of `gs_row`, by table and global ID.
@@ -237,14 +273,15 @@ struct Shipper {
     winners: inout [SharedLog.Winner]
   ) throws -> TableImage {
     let context = self.context
-    let columnsJSON = String(decoding: try JSONEncoder().encode(table.columns), as: UTF8.self)
+    let columnsJSON = try Self.json(table.columns)
     var resolved = table
     resolved.rows = []
     for image in table.rows {
-      let data = try image.values.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
+      let data = try image.values.map(Self.json)
       guard let now = current[RowKey(table: table.name, gid: image.gid)], now.position > image.base else {
         resolved.rows.append(image)
-        winners.append(SharedLog.Winner(table: table.name, gid: image.gid, columns: columnsJSON, data: data))
+        winners.append(
+          SharedLog.Winner(table: table.name, gid: image.gid, base: image.base, columns: columnsJSON, data: data))
         continue
       }
       // The row moved on in the log since the image this host wrote on.
@@ -274,7 +311,8 @@ struct Shipper {
       switch context.policy {
       case .lastWriterWins:
         resolved.rows.append(image)
-        winners.append(SharedLog.Winner(table: table.name, gid: image.gid, columns: columnsJSON, data: data))
+        winners.append(
+          SharedLog.Winner(table: table.name, gid: image.gid, base: image.base, columns: columnsJSON, data: data))
       case .firstWriterWins:
         record.winnerHost = now.host
         record.winnerValues = theirs
@@ -303,6 +341,9 @@ struct Shipper {
     }
     context.place.shipped = max(context.place.shipped, plan.through)
     context.place.lastShipment = plan.through
+    // The log reaches this entry: the applier takes it (from the
+    // notification it sent, or else from the log).
+    context.logHead = max(context.logHead, position)
     context.conflicts += Int64(entry.conflicts.count)
     context.emit(
       .shipped(

@@ -59,6 +59,17 @@ public struct RelayStatus: Sendable, Codable, Equatable {
   /// When the relay wrote this, in ns since 1970.
   public var updatedAtNanoseconds: Int64
   public var stores: [StoreStatus]
+  /// Log entries this relay shipped and applied since it started (nil: a
+  /// relay that did not count them).
+  public var shippedEntries: Int64?
+  public var appliedEntries: Int64?
+  /// Round trips to PostgreSQL since it started: all of them, those of
+  /// its shipments, and those of reading and applying the log (its
+  /// bookkeeping of applied places included). Recovery, status and
+  /// connecting make up the rest.
+  public var roundTrips: Int64?
+  public var shippingRoundTrips: Int64?
+  public var applyingRoundTrips: Int64?
 
   public init(
     host: String, group: String, processID: Int32, isConnected: Bool, isLive: Bool, lastError: String?,
