@@ -34,13 +34,14 @@ extension SharedLog {
       let lineEnd = bytes[afterPrefix...].firstIndex(of: newline) ?? bytes.endIndex
       guard let position = number(bytes[afterPrefix..<lineEnd]) else { return nil }
       guard lineEnd != bytes.endIndex else { return Hint(position: position, entry: nil) }
+      // An entry that cannot be read from the payload is read from the log.
       let originStart = bytes.index(after: lineEnd)
       guard let originEnd = bytes[originStart...].firstIndex(of: newline),
         let space = bytes[originStart..<originEnd].lastIndex(of: UInt8(ascii: " ")),
         let originSequence = number(bytes[bytes.index(after: space)..<originEnd]),
         let host = String(bytes[originStart..<space]), !host.isEmpty,
         let body = String(bytes[bytes.index(after: originEnd)...])
-      else { return nil }
+      else { return Hint(position: position, entry: nil) }
       return Hint(
         position: position,
         entry: StoredEntry(position: position, origin: EntryOrigin(host: host, sequence: originSequence), body: body))

@@ -1,0 +1,164 @@
+import Foundation
+import GRDB
+import GroupSync
+import Testing
+
+@testable import GroupSyncRelay
+
+/// The round trips of shipping and applying, counted on the relay's own
+/// connections against a real server: a shipment costs one, an entry the
+/// notification carried costs none, a larger one is read back, and the
+/// applied place rides on the next round trip.
+extension RelayTests {
+  /// Two hosts' stores driven by hand (no relay processes), each with a
+  /// connection of its own, as a relay has them.
+  private struct Pair {
+    let root: HostsFolder
+    let a: (group: GroupFolder, context: ReplicaContext, log: SharedLog)
+    let b: (group: GroupFolder, context: ReplicaContext, log: SharedLog)
+
+    init(_ server: PostgresServer) async throws {
+      let root = try HostsFolder()
+      self.root = root
+      a = try await Self.host("a", root: root, server)
+      b = try await Self.host("b", root: root, server)
+    }
+
+    private static func host(_ name: String, root: HostsFolder, _ server: PostgresServer) async throws
+      -> (GroupFolder, ReplicaContext, SharedLog)
+    {
+        let host = try await GroupHost(name, root: root.path, server: server)
+        let group = try GroupFolder(path: host.folder, create: false)
+        let context = try ReplicaContext(
+          store: group.store, storeName: "main", group: "app", host: name, policy: .lastWriterWins,
+          author: "groupsync-relay@" + name, retention: nil, emit: { _ in })
+        let log = SharedLog(try server.connect())
+        try log.createTables()
+        try log.listen()
+        _ = try log.enroll(context.replica, place: 0)
+        return (group, context, log)
+    }
+
+    /// Waits for the next notifications about the store on `log`, hands
+    /// them to `context`, and returns the last.
+    func receive(_ log: SharedLog, _ context: ReplicaContext) async throws -> SharedLog.Hint {
+      let deadline = ContinuousClock.now + .seconds(30)
+      while ContinuousClock.now < deadline {
+        let hints = try log.notifications().compactMap { SharedLog.Hint.parse($0.payload, for: context.replica) }
+        hints.forEach(context.take)
+        if let last = hints.last { return last }
+        try await Task.sleep(for: .milliseconds(5))
+      }
+      throw RelayTestFailure("no notification came")
+    }
+
+    /// Takes notifications until one tells of `position`, then applies
+    /// everything.
+    func catchUp(_ log: SharedLog, _ context: ReplicaContext, through position: Int64) async throws {
+      while context.logHead < position { _ = try await receive(log, context) }
+      while try Applier(context: context).apply(log) {}
+    }
+
+    /// What `body` returned, and the round trips it made on `log`.
+    func counted<T>(_ log: SharedLog, _ body: () throws -> T) rethrows -> (result: T, roundTrips: Int64) {
+      let before = log.roundTrips
+      let result = try body()
+      return (result, log.roundTrips - before)
+    }
+  }
+
+  @Test func aShipmentIsOneRoundTripAndACarriedEntryNone() async throws {
+    try await PostgresServer.with { server in
+      let pair = try await Pair(server)
+      let (a, b) = (pair.a, pair.b)
+      try await a.group.store.write { db in try db.execute(sql: "INSERT INTO note(title, body) VALUES ('t1', 'small')") }
+      let through = try a.group.store.currentSequence()
+      #expect(try pair.counted(a.log) { try Shipper(context: a.context).ship(a.log) } == (.shipped, 1))
+
+      // B applies the entry its notification carried, and tells the
+      // server nothing yet: its applied place waits for a round trip.
+      let hint = try await pair.receive(b.log, b.context)
+      #expect(hint.position == 1 && hint.entry?.origin == EntryOrigin(host: "a", sequence: through))
+      #expect(try pair.counted(b.log) { try Applier(context: b.context).apply(b.log) } == (true, 0))
+      #expect(try await b.group.store.read { db in try String.fetchOne(db, sql: "SELECT body FROM note") } == "small")
+      #expect(b.context.place.applied == 1)
+      let appliedOnServer = { try server.query("SELECT applied_seq FROM gs_host WHERE host = 'b'").first?[0] }
+      #expect(try appliedOnServer() == "0")
+      #expect(try pair.counted(b.log) { try b.log.flushDeferred() }.roundTrips == 1)
+      #expect(try appliedOnServer() == "1")
+
+      // An entry too large for a notification is read back: one round trip.
+      let large = String(repeating: "x", count: 10_000)
+      try await a.group.store.write { db in
+        try db.execute(sql: "INSERT INTO note(title, body) VALUES ('t2', ?)", arguments: [large])
+      }
+      #expect(try pair.counted(a.log) { try Shipper(context: a.context).ship(a.log) } == (.shipped, 1))
+      let told = try await pair.receive(b.log, b.context)
+      #expect(told.position == 2 && told.entry == nil)
+      #expect(try pair.counted(b.log) { try Applier(context: b.context).apply(b.log) } == (true, 1))
+      #expect(try await b.group.store.read { db in try String.fetchOne(db, sql: "SELECT body FROM note WHERE title = 't2'") } == large)
+      // Nothing past the place and no hint of more: no round trip.
+      #expect(try pair.counted(b.log) { try Applier(context: b.context).apply(b.log) } == (false, 0))
+    }
+  }
+
+  /// A row another host wrote meanwhile: the one-statement shipment finds
+  /// it moved and writes nothing, and the shipment is settled in two more
+  /// round trips, the conflict recorded.
+  @Test func aShipmentWhoseRowMovedIsSettledInTwoMoreRoundTrips() async throws {
+    try await PostgresServer.with { server in
+      let pair = try await Pair(server)
+      let (a, b) = (pair.a, pair.b)
+      // Each ships its folder as made first: the table, whole.
+      #expect(try Shipper(context: a.context).ship(a.log) == .shipped)
+      #expect(try Shipper(context: b.context).ship(b.log) == .shipped)
+      try await a.group.store.write { db in try db.execute(sql: "INSERT INTO note(title, body) VALUES ('r', 'v0')") }
+      #expect(try Shipper(context: a.context).ship(a.log) == .shipped)
+      try await pair.catchUp(b.log, b.context, through: 3)
+      try await a.group.store.write { db in try db.execute(sql: "UPDATE note SET body = 'a'") }
+      try await b.group.store.write { db in try db.execute(sql: "UPDATE note SET body = 'b'") }
+      #expect(try pair.counted(a.log) { try Shipper(context: a.context).ship(a.log) } == (.shipped, 1))
+      #expect(try pair.counted(b.log) { try Shipper(context: b.context).ship(b.log) } == (.shipped, 3))
+      #expect(try server.query("SELECT count(*) FROM gs_conflict").first?[0] == "1")
+      #expect(try server.query("SELECT data FROM gs_row").first?[0]?.contains("{\"t\":\"b\"}") == true)
+    }
+  }
+
+  /// A round trip that fails takes the applied place it carried down with
+  /// it, and the place waits for the next one.
+  @Test func theAppliedPlaceWaitsOnWhenTheRoundTripItRodeFails() async throws {
+    try await PostgresServer.with { server in
+      let pair = try await Pair(server)
+      let (a, b) = (pair.a, pair.b)
+      try await a.group.store.write { db in try db.execute(sql: "INSERT INTO note(title, body) VALUES ('t', 'x')") }
+      #expect(try Shipper(context: a.context).ship(a.log) == .shipped)
+      _ = try await pair.receive(b.log, b.context)
+      #expect(try Applier(context: b.context).apply(b.log))
+      #expect(b.log.oldestDeferred != nil)
+      #expect(throws: RelayError.self) { try b.log.exchange([.init("SELECT 1 / 0")]) }
+      #expect(b.log.oldestDeferred != nil)
+      #expect(try server.query("SELECT applied_seq FROM gs_host WHERE host = 'b'").first?[0] == "0")
+      try b.log.flushDeferred()
+      #expect(b.log.oldestDeferred == nil)
+      #expect(try server.query("SELECT applied_seq FROM gs_host WHERE host = 'b'").first?[0] == "1")
+    }
+  }
+
+  /// What a notification's payload tells a store, and what it does not.
+  @Test func aNotificationTellsItsStoreOnly() {
+    let replica = SharedLog.Replica(group: "g", store: "s", host: "me")
+    #expect(SharedLog.Hint.parse("g/s:12", for: replica) == .init(position: 12, entry: nil))
+    let carried = SharedLog.Hint.parse("g/s:3\nother-host 41\n{\"tables\":[]}", for: replica)
+    #expect(carried?.entry == .init(position: 3, origin: EntryOrigin(host: "other-host", sequence: 41), body: "{\"tables\":[]}"))
+    // A body may hold newlines and spaces of its own.
+    #expect(SharedLog.Hint.parse("g/s:3\nh 1\na b\nc", for: replica)?.entry?.body == "a b\nc")
+    for other in ["g/s2:4", "g/t:4", "gg/s:4", "g/s:1/x:5", "g/s:", "g/s:-1", "g/s:1x", "g/s:99999999999999999999", "",
+                  "other"] {
+      #expect(SharedLog.Hint.parse(other, for: replica) == nil, "\(other)")
+    }
+    // An entry it cannot read is read from the log: the position still counts.
+    for unreadable in ["g/s:4\nnohost", "g/s:4\n 9\n{}", "g/s:4\nh x\n{}", "g/s:4\nh 9"] {
+      #expect(SharedLog.Hint.parse(unreadable, for: replica) == .init(position: 4, entry: nil), "\(unreadable)")
+    }
+  }
+}
