@@ -133,7 +133,7 @@ struct Applier {
     let lastOrigin = EntryOrigin(host: last.origin, sequence: last.originSequence)
     let (_, changeSet) = try context.writeAndReturnChangeSet { db in
       // Another process may have changed the schema since GRDB cached it.
-      db.clearSchemaCache()
+      try context.refreshSchemaCache(db)
       let pass = try Pass(context, db)
       let changesBefore = db.totalChangesCount
       var notesAdded = false
@@ -331,7 +331,7 @@ struct Applier {
     let version = try context.store.read { db in try StoreSchema.version(db) }
     guard version != context.schemaVersion else { return }
     try context.write { db in
-      db.clearSchemaCache()
+      try context.refreshSchemaCache(db)
       try SchemaDrift.recordColumns(db)
       let pass = try Pass(context, db)
       for kept in try SchemaDrift.takeArrived(db) {
@@ -557,7 +557,7 @@ struct Applier {
     let head = snapshot.head, headOrigin = snapshot.headOrigin
     var rowCount = 0
     try context.write { db in
-      db.clearSchemaCache()
+      try context.refreshSchemaCache(db)
       let pass = try Pass(context, db)
       let pending = pass.pending
       if diverged {

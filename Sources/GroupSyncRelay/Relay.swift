@@ -568,3 +568,4 @@ public final class Relay: @unchecked Sendable {
 
   private var finishedSoon: Bool { stopping }
 }
+

@@ -95,6 +95,19 @@ final class ReplicaContext: @unchecked Sendable {
     try store.writeAndReturnChangeSet(author: author, body)
   }
 
+  /// Clears GRDB's schema cache of the writer connection `db` when another
+  /// process changed the schema since this relay last looked: GRDB
+  /// refreshes a pool's readers by itself, not its writer. Clearing it on
+  /// every transaction would also drop every cached statement.
+  func refreshSchemaCache(_ db: Database) throws {
+    let version = try StoreSchema.version(db)
+    guard version != writerSchemaVersion else { return }
+    db.clearSchemaCache()
+    writerSchemaVersion = version
+  }
+
+  private var writerSchemaVersion: Int64?
+
   /// The store's references as of its schema now: read again only when the
   /// schema version moved (every shipment and every apply asks).
   func referenceGraph(_ db: Database) throws -> ReferenceGraph {

@@ -68,13 +68,12 @@ struct Shipper {
     // Most wake-ups find nothing new: ask without a transaction first.
     guard try context.store.currentSequence() > context.place.shipped else { return nil }
     return try context.store.read { db -> Plan? in
-      // Another process may have changed the schema since GRDB cached it.
-      // A migration since the relay last reconciled with it ships on the
+      // (A pool read refreshes GRDB's schema cache when another process
+      // changed the schema.) A migration since the relay last reconciled with it ships on the
       // next pass, after the values kept for its new columns are filled in
       // (``Applier/reconcileSchema()``): a table it makes ship whole ships
       // them. (No known version: nothing reconciles here, as in a test that
       // drives the shipper alone.)
-      db.clearSchemaCache()
       if let known = context.schemaVersion,
         try StoreSchema.version(db) != known
       {
@@ -102,9 +101,12 @@ struct Shipper {
         }
         let whole = pending.everything || pending.wholeTables.contains(table)
         var images: [RowImage] = []
-        var mapped = try RowIdentityMap.liveEntries(db, table: table)
+        // A table shipped whole needs every mapping (those left over were
+        // deleted); otherwise only the changed rows' own, looked up by rowid.
+        var mapped = whole ? try RowIdentityMap.liveEntries(db, table: table) : [:]
         func image(rowID: Int64, values: [RowValue]?) throws {
-          if let entry = mapped.removeValue(forKey: rowID) {
+          let entry = whole ? mapped.removeValue(forKey: rowID) : try RowIdentityMap.entry(db, table: table, rowID: rowID)
+          if let entry {
             images.append(RowImage(gid: entry.gid, rowID: rowID, base: entry.position, values: values, lost: nil))
           } else if let values {
             let gid = UUID().uuidString.lowercased()
