@@ -55,6 +55,7 @@ struct Shipper {
       return .recover(.alreadyShipped(store: context.storeName, through: shipped))
     case .shipped(let position, let entry):
       try recordShipped(plan: plan, position: position, entry: entry)
+      if context.place.applied == position { log.recordApplied(context.replica, through: position) }
       return .shipped
     }
   }
@@ -332,17 +333,35 @@ struct Shipper {
   /// After COMMIT returned: the rows that won hold their new position
   /// here, so that an older remote image of them is never applied over
   /// them, and the shipped place moves on.
+  ///
+  /// The entry right after the applied place that settled nothing (no
+  /// conflict, no row taken back: every image as this host wrote it) has
+  /// nothing to apply here, so it counts as applied in the same
+  /// transaction; the applier then skips it.
   private func recordShipped(plan: Plan, position: Int64, entry: LogEntry) throws {
     let context = self.context
+    let origin = EntryOrigin(host: context.host, sequence: plan.through)
+    let appliedAsIs = position == context.place.applied + 1 && context.divergence == nil
+      && entry.conflicts.isEmpty && entry.tables.allSatisfy { $0.rows.allSatisfy { $0.lost != true } }
     try context.write { db in
       try Self.recordWinners(entry, position: position, db)
       var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
       place.shipped = max(place.shipped, plan.through)
       place.lastShipment = plan.through
+      if appliedAsIs {
+        place.applied = position
+        place.appliedOrigin = origin
+      }
       try RowIdentityMap.setPlace(place, db, group: context.group, host: context.host)
     }
     context.place.shipped = max(context.place.shipped, plan.through)
     context.place.lastShipment = plan.through
+    if appliedAsIs {
+      context.place.applied = position
+      context.place.appliedOrigin = origin
+      context.appliedEntries += 1
+      context.emit(.applied(store: context.storeName, position: position, entries: 1, rows: 0, localSequence: nil))
+    }
     // The log reaches this entry: the applier takes it (from the
     // notification it sent, or else from the log).
     context.logHead = max(context.logHead, position)

@@ -75,6 +75,9 @@ extension RelayTests {
       let through = try a.group.store.currentSequence()
       #expect(try pair.counted(a.log) { try Shipper(context: a.context).ship(a.log) } == (.shipped, 1))
 
+      // A's own entry, as A wrote it, counts as applied there at once.
+      #expect(a.context.place.applied == 1)
+      #expect(try !Applier(context: a.context).apply(a.log))
       // B applies the entry its notification carried, and tells the
       // server nothing yet: its applied place waits for a round trip.
       let hint = try await pair.receive(b.log, b.context)
@@ -120,6 +123,11 @@ extension RelayTests {
       #expect(try pair.counted(a.log) { try Shipper(context: a.context).ship(a.log) } == (.shipped, 1))
       #expect(try pair.counted(b.log) { try Shipper(context: b.context).ship(b.log) } == (.shipped, 3))
       #expect(try server.query("SELECT count(*) FROM gs_conflict").first?[0] == "1")
+      // B's entry settled a conflict, after A's entry B has not applied yet:
+      // both are applied in the log's order.
+      #expect(b.context.place.applied == 3)
+      try await pair.catchUp(b.log, b.context, through: 5)
+      #expect(b.context.place.applied == 5)
       #expect(try server.query("SELECT data FROM gs_row").first?[0]?.contains("{\"t\":\"b\"}") == true)
     }
   }
