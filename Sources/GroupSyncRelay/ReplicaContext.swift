@@ -88,11 +88,22 @@ final class ReplicaContext: @unchecked Sendable {
   /// Writes to the store under the relay's author label: the shipper
   /// never ships the relay's own writes back, and listeners can tell them.
   @discardableResult
-  func write<T>(_ body: (Database) throws -> T) throws -> T { try store.write(author: author, body) }
+  func write<T>(_ body: (Database) throws -> T) throws -> T { try writeAndReturnChangeSet(body).result }
 
-  /// ``write(_:)``, also returning the change set it committed.
+  /// ``write(_:)``, also returning the change set it committed. A change
+  /// set right after the shipped place is skipped at once (the shipped
+  /// place moves past it in memory), so the next shipment need not read
+  /// the history to find it is the relay's own.
   func writeAndReturnChangeSet<T>(_ body: (Database) throws -> T) throws -> (result: T, changeSet: ChangeSet?) {
-    try store.writeAndReturnChangeSet(author: author, body)
+    let written = try store.writeAndReturnChangeSet(author: author, body)
+    skipOwn(written.changeSet)
+    return written
+  }
+
+  /// Moves the shipped place past `changeSet`, the relay's own, when it is
+  /// the next one.
+  func skipOwn(_ changeSet: ChangeSet?) {
+    if let sequence = changeSet?.sequence, sequence == place.shipped + 1 { place.shipped = sequence }
   }
 
   /// Clears GRDB's schema cache of the writer connection `db` when another

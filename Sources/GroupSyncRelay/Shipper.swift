@@ -343,7 +343,7 @@ struct Shipper {
     let origin = EntryOrigin(host: context.host, sequence: plan.through)
     let appliedAsIs = position == context.place.applied + 1 && context.divergence == nil
       && entry.conflicts.isEmpty && entry.tables.allSatisfy { $0.rows.allSatisfy { $0.lost != true } }
-    try context.write { db in
+    let bookkeeping = try context.store.writeAndReturnChangeSet(author: context.author) { db in
       try Self.recordWinners(entry, position: position, db)
       var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
       place.shipped = max(place.shipped, plan.through)
@@ -356,6 +356,7 @@ struct Shipper {
     }
     context.place.shipped = max(context.place.shipped, plan.through)
     context.place.lastShipment = plan.through
+    context.skipOwn(bookkeeping.changeSet)
     if appliedAsIs {
       context.place.applied = position
       context.place.appliedOrigin = origin

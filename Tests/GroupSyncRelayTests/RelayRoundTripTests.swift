@@ -77,6 +77,9 @@ extension RelayTests {
 
       // A's own entry, as A wrote it, counts as applied there at once.
       #expect(a.context.place.applied == 1)
+      // Its bookkeeping's change set is skipped as it commits: nothing is
+      // left for the shipper to read.
+      #expect(try a.context.place.shipped == a.group.store.currentSequence())
       #expect(try !Applier(context: a.context).apply(a.log))
       // B applies the entry its notification carried, and tells the
       // server nothing yet: its applied place waits for a round trip.
