@@ -396,7 +396,10 @@ extension BenchRunner {
   func fleetTargets() -> [BenchTarget] {
     var targets: [BenchTarget] = []
     let local = results.latency.first { $0.listeners == 1 && $0.stream == "sparse" }?.groupsync
-    func us(_ value: Double) -> String { BenchFormat.us(value) + " us" }
+    func us(_ value: Double) -> String {
+      let text = BenchFormat.us(value)
+      return text.hasSuffix("ms") ? text : text + " us"
+    }
     if let h = results.hosts {
       if let notify = h.notify, let local {
         let p50Limit = 2 * (notify.p50 + local.p50)
