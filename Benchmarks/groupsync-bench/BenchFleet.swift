@@ -39,6 +39,11 @@ struct BenchFleetResult: Codable {
     var roundTrips: Int64?
     var roundTripsPerShippedEntry: Double?
     var roundTripsPerAppliedEntry: Double?
+    /// This process meanwhile (the writers, the listeners, the counting),
+    /// µs, and the machine's busy share of all its CPUs (/proc/stat):
+    /// near 1, the run was bound by CPU on this machine.
+    var benchCPUMicros: Double?
+    var machineBusyFraction: Double?
   }
 
   struct Point: Codable {
@@ -48,6 +53,8 @@ struct BenchFleetResult: Codable {
     var latency: BenchStats
     /// PostgreSQL NOTIFY alone to hosts − 1 listener processes (pgnotify).
     var notify: BenchStats?
+    /// The server's CPU per NOTIFY in that run, µs (nil: not measured).
+    var notifyServerCPUPerMessage: Double?
     var sparse: Cost
     /// Every host's own writer thread commits `commitsPerHost` one-row
     /// inserts at once; until every host holds every row.
@@ -103,7 +110,9 @@ extension BenchRunner {
   {
     // NOTIFY alone to as many listeners, before the relays start.
     var notify: BenchStats?
+    var notifyServerCPU: Double?
     if let pgnotify = options.pgnotify {
+      let serverBefore = Self.serverCPUTicks(conninfo)
       let run = try ChildProcess.run(
         pgnotify,
         ["--conninfo", conninfo, "--listeners", String(hosts - 1), "--count", String(samples), "--interval-us", "5000",
@@ -111,6 +120,9 @@ extension BenchRunner {
         timeout: 300)
       guard run.succeeded else { throw BenchError("pgnotify failed: \(run.stderr.suffix(500))") }
       notify = BenchStats(nanoseconds: try JSONDecoder().decode(FloorResult.self, from: Data(run.stdout.utf8)).latencyNs)
+      if let before = serverBefore, let after = Self.serverCPUTicks(conninfo) {
+        notifyServerCPU = Double(after - before) * 10_000 / Double(samples + 20)
+      }
     }
 
     let root = options.workFolder + "/fleet/\(hosts)"
@@ -261,7 +273,8 @@ extension BenchRunner {
     aggregate.seconds = seconds
     let commits = hosts * commitsPerHost
     let point = BenchFleetResult.Point(
-      hosts: hosts, latency: BenchStats(nanoseconds: latencies), notify: notify, sparse: sparse,
+      hosts: hosts, latency: BenchStats(nanoseconds: latencies), notify: notify, notifyServerCPUPerMessage: notifyServerCPU,
+      sparse: sparse,
       commitsPerHost: commitsPerHost, aggregateCommits: commits, aggregateSeconds: seconds,
       aggregateCommitsPerSecond: Double(commits) / seconds,
       writersSeconds: Double(writersDone.withLock { $0 } - start) / 1e9, aggregate: aggregate,
@@ -293,6 +306,9 @@ extension BenchRunner {
     var at: Int64
     var relays: [FleetRelayFigures]
     var serverTicks: Int64?
+    var benchNs: Int64
+    /// The machine's (busy, total) jiffies from /proc/stat.
+    var machine: (busy: Int64, total: Int64)?
   }
 
   private func fleetSnapshot(_ relays: [ChildProcess], folders: [String], hosts: Int) -> FleetSnapshot {
@@ -314,8 +330,18 @@ extension BenchRunner {
       figures.statusApplied = status?.appliedEntryCount
       return figures
     }
+    var machine: (busy: Int64, total: Int64)?
+    if let line = BenchProc.read("/proc/stat")?.split(separator: "\n").first, line.hasPrefix("cpu ") {
+      // user nice system idle iowait irq softirq steal ...
+      let values = line.split(separator: " ").dropFirst().compactMap { Int64($0) }
+      if values.count >= 5 {
+        let total = values.prefix(8).reduce(0, +)
+        machine = (total - values[3] - values[4], total)
+      }
+    }
     return FleetSnapshot(
-      at: BenchClock.monotonic(), relays: figures, serverTicks: options.postgresConninfo.flatMap(Self.serverCPUTicks))
+      at: BenchClock.monotonic(), relays: figures, serverTicks: options.postgresConninfo.flatMap(Self.serverCPUTicks),
+      benchNs: benchOwnCPUNanoseconds(), machine: machine)
   }
 
   private func fleetCost(from before: FleetSnapshot, to after: FleetSnapshot) -> BenchFleetResult.Cost {
@@ -347,7 +373,11 @@ extension BenchRunner {
       // Per the entries the status files counted beside the round trips
       // (the same instants), else per the events.
       roundTripsPerShippedEntry: per(roundTrips.map(Double.init), Int(statusShipped ?? Int64(shipped))),
-      roundTripsPerAppliedEntry: per(roundTrips.map(Double.init), Int(statusApplied ?? Int64(applied))))
+      roundTripsPerAppliedEntry: per(roundTrips.map(Double.init), Int(statusApplied ?? Int64(applied))),
+      benchCPUMicros: Double(after.benchNs - before.benchNs) / 1000,
+      machineBusyFraction: after.machine.flatMap { a in
+        before.machine.flatMap { b in a.total > b.total ? Double(a.busy - b.busy) / Double(a.total - b.total) : nil }
+      })
   }
 
   /// utime + stime of the PostgreSQL server behind `conninfo` (a unix
@@ -519,14 +549,17 @@ extension BenchTable {
     line("    applies every entry, its own too); server = PostgreSQL's CPU per shipped entry; RT = round trips per")
     line("    shipped / per applied entry, from the relays' status files when they count them.")
     row([("H", 4), ("part", 10), ("ship", 8), ("apply", 8), ("relay/shipped", 14), ("relay/applied", 14), ("server", 9),
-         ("RT/shipped", 11), ("RT/applied", 11)])
+         ("RT/shipped", 11), ("RT/applied", 11), ("machine busy", 12)])
     for p in f.points {
       for (name, c) in [("sparse", p.sparse), ("aggregate", p.aggregate)] {
         row([(String(p.hosts), 4), (name, 10), (us(c.shipperCPUPerEntry), 8), (us(c.applierCPUPerEntry), 8),
              (us(c.relayCPUPerShippedEntry), 14), (us(c.relayCPUPerAppliedEntry), 14), (us(c.serverCPUPerShippedEntry), 9),
-             (ratio(c.roundTripsPerShippedEntry), 11), (ratio(c.roundTripsPerAppliedEntry), 11)])
+             (ratio(c.roundTripsPerShippedEntry), 11), (ratio(c.roundTripsPerAppliedEntry), 11),
+             (c.machineBusyFraction.map { String(format: "%.0f%%", $0 * 100) } ?? "-", 12)])
       }
     }
+    line("    machine busy = share of all CPUs busy meanwhile (/proc/stat), whoever used them; server CPU per NOTIFY alone: "
+      + f.points.map { "\($0.hosts - 1) listeners \(us($0.notifyServerCPUPerMessage))" }.joined(separator: ", "))
     if let local = f.localDelivery { line("    GroupSync local delivery (N=1, sparse): \(local.text)") }
     for note in f.notes { line("    \(note)") }
   }
