@@ -535,10 +535,10 @@ extension BenchTable {
     line("    latency = host 0 asking to commit one row -> the last of the other H-1 hosts' listeners receiving it, sparse;")
     line("    NOTIFY = pgnotify to H-1 listener processes; aggregate = every host's writer commits one-row inserts at once,")
     line("    until every host holds every row. CPU in us (utime+stime, 10 ms ticks), summed over relays / the server.")
-    row([("H", 4), ("n", 5), ("to the last host", 26), ("NOTIFY p50 / p99", 18), ("aggregate/s", 12), ("commits", 14),
+    row([("H", 4), ("n", 5), ("to the last host", 30), ("NOTIFY p50 / p99", 18), ("aggregate/s", 12), ("commits", 14),
          ("s", 7), ("entries", 8)])
     for p in f.points {
-      row([(String(p.hosts), 4), (String(p.latency.n), 5), (p.latency.text, 26),
+      row([(String(p.hosts), 4), (String(p.latency.n), 5), (p.latency.text, 30),
            (p.notify.map { "\(BenchFormat.us($0.p50)) / \(BenchFormat.us($0.p99))" } ?? "-", 18),
            (BenchFormat.count(p.aggregateCommitsPerSecond), 12), ("\(p.aggregateCommits) (\(p.commitsPerHost)/h)", 14),
            (String(format: "%.2f", p.aggregateSeconds), 7), (String(p.aggregate.shippedEntries), 8)])
