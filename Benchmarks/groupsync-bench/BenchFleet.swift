@@ -35,7 +35,10 @@ struct BenchFleetResult: Codable {
     /// not found (the `.s.PGSQL.PORT.lock` beside the socket).
     var serverCPUMicros: Double?
     var serverCPUPerShippedEntry: Double?
-    /// From the relays' status files, when they count them (nil: not).
+    /// From the relays' status files, when they count them (nil: not):
+    /// all round trips, and per entry shipped and applied (the shipping
+    /// and the applying round trips when the relay tells them apart, else
+    /// all of them over each).
     var roundTrips: Int64?
     var roundTripsPerShippedEntry: Double?
     var roundTripsPerAppliedEntry: Double?
@@ -298,6 +301,8 @@ extension BenchRunner {
     /// From the status file: round trips, and the entries it counted
     /// beside them (nil: a relay that does not count them).
     var roundTrips: Int64?
+    var shippingRoundTrips: Int64?
+    var applyingRoundTrips: Int64?
     var statusShipped: Int64?
     var statusApplied: Int64?
   }
@@ -326,6 +331,8 @@ extension BenchRunner {
       }
       let status = fleetStatus(folders[index], host: "h\(index)")
       figures.roundTrips = status?.roundTripCount
+      figures.shippingRoundTrips = status?.shippingRoundTrips
+      figures.applyingRoundTrips = status?.applyingRoundTrips
       figures.statusShipped = status?.shippedEntryCount
       figures.statusApplied = status?.appliedEntryCount
       return figures
@@ -348,6 +355,8 @@ extension BenchRunner {
     var shipped = 0, changeSets = 0, applied = 0
     var ticks: Int64 = 0
     var roundTrips: Int64? = 0
+    var shippingRoundTrips: Int64? = 0
+    var applyingRoundTrips: Int64? = 0
     var statusShipped: Int64? = 0
     var statusApplied: Int64? = 0
     func add(_ sum: inout Int64?, _ b: Int64?, _ a: Int64?) {
@@ -359,6 +368,8 @@ extension BenchRunner {
       applied += a.applied - b.applied
       ticks += a.cpuTicks - b.cpuTicks
       add(&roundTrips, b.roundTrips, a.roundTrips)
+      add(&shippingRoundTrips, b.shippingRoundTrips, a.shippingRoundTrips)
+      add(&applyingRoundTrips, b.applyingRoundTrips, a.applyingRoundTrips)
       add(&statusShipped, b.statusShipped, a.statusShipped)
       add(&statusApplied, b.statusApplied, a.statusApplied)
     }
@@ -372,8 +383,8 @@ extension BenchRunner {
       serverCPUPerShippedEntry: per(server, shipped), roundTrips: roundTrips,
       // Per the entries the status files counted beside the round trips
       // (the same instants), else per the events.
-      roundTripsPerShippedEntry: per(roundTrips.map(Double.init), Int(statusShipped ?? Int64(shipped))),
-      roundTripsPerAppliedEntry: per(roundTrips.map(Double.init), Int(statusApplied ?? Int64(applied))),
+      roundTripsPerShippedEntry: per((shippingRoundTrips ?? roundTrips).map(Double.init), Int(statusShipped ?? Int64(shipped))),
+      roundTripsPerAppliedEntry: per((applyingRoundTrips ?? roundTrips).map(Double.init), Int(statusApplied ?? Int64(applied))),
       benchCPUMicros: Double(after.benchNs - before.benchNs) / 1000,
       machineBusyFraction: after.machine.flatMap { a in
         before.machine.flatMap { b in a.total > b.total ? Double(a.busy - b.busy) / Double(a.total - b.total) : nil }
@@ -508,6 +519,8 @@ private struct FleetRelayStatus: Decodable {
   }
   var updatedAtNanoseconds: Int64
   var roundTrips: Int64?
+  var shippingRoundTrips: Int64?
+  var applyingRoundTrips: Int64?
   var shippedEntries: Int64?
   var appliedEntries: Int64?
   var stores: [Store]?
@@ -547,7 +560,8 @@ extension BenchTable {
     line("    ship = host 0's relay per entry shipped, apply = another relay per entry applied (sparse);")
     line("    relay/shipped, relay/applied = all relays' CPU over shipped entries, over applied entries (every relay")
     line("    applies every entry, its own too); server = PostgreSQL's CPU per shipped entry; RT = round trips per")
-    line("    shipped / per applied entry, from the relays' status files when they count them.")
+    line("    shipped / per applied entry, from the relays' status files when they count them (shipping round trips per")
+    line("    shipped entry, applying round trips per applied entry, when the relay tells them apart).")
     row([("H", 4), ("part", 10), ("ship", 8), ("apply", 8), ("relay/shipped", 14), ("relay/applied", 14), ("server", 9),
          ("RT/shipped", 11), ("RT/applied", 11), ("machine busy", 12)])
     for p in f.points {
