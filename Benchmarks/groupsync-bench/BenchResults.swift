@@ -13,6 +13,7 @@ struct BenchResults: Codable {
   var latency: [BenchLatencyRow] = []
   var peers: BenchPeersResult?
   var hosts: BenchHostsResult?
+  var fleet: BenchFleetResult?
   var polling: BenchPollingResult?
   var capture: [BenchCaptureRow] = []
   var codec: [BenchCodecRow] = []

@@ -15,7 +15,7 @@ final class BenchRunner {
     var floorPath: String
     var valgrindShim: String?
     var callgrind: Bool
-    /// Phases to run (nil: all): capture, latency, peers, hosts, polling, memory,
+    /// Phases to run (nil: all): capture, latency, peers, hosts, fleet, polling, memory,
     /// reads, catch-up, contexts.
     var phases: Set<String>? = nil
     /// Overrides the settings' listener counts.
@@ -71,6 +71,7 @@ final class BenchRunner {
     if selected("latency") { try latencyAndFanOut() }
     if selected("peers") { try phase("peers") { try peers() } }
     if selected("hosts") { try phase("hosts") { try hosts() } }
+    if selected("fleet") { try phase("fleet") { try fleet() } }
     if selected("polling") { try phase("polling") { try polling() } }
     if selected("memory") { try phase("memory") { try memory() } }
     if selected("reads") { try phase("read latency") { try readLatency() } }
@@ -1010,6 +1011,7 @@ final class BenchRunner {
       }
       targets.append(BenchTarget(target: "listener memory bounded under backlog", figure: figure, met: met))
     }
+    targets += fleetTargets()
     return targets
   }
 

@@ -68,6 +68,8 @@ enum BenchTable {
       }
     }
 
+    if let f = r.fleet { fleetSection(f, line: line, row: row) }
+
     if let p = r.polling {
       line()
       line("3. The naive alternatives: PRAGMA data_version polled on a read-only connection, and inotify on the store's -wal")
