@@ -53,6 +53,10 @@ public final class Relay: @unchecked Sendable {
   private var contexts: [ReplicaContext] = []
   private var log: SharedLog?
   private var needsRecovery = true
+  /// Set by the doorbell (a local commit), by the timer and whenever a
+  /// pass did not finish: the next pass reconciles the schema and ships.
+  /// A pass woken only by a notification just applies.
+  private let localCommits = LocalCommitFlag()
   private let wake: WakePipe
   /// Rung once by ``stop()`` and never drained: every wait on the server
   /// gives up when it rings.
@@ -154,7 +158,11 @@ public final class Relay: @unchecked Sendable {
     // Local commits ring the doorbell, straight from the watcher thread
     // that saw them, undecoded; the change sets are read from the history.
     let wake = self.wake
-    doorbell = try group.doorbell { wake.ring() }
+    let localCommits = self.localCommits
+    doorbell = try group.doorbell {
+      localCommits.raise()
+      wake.ring()
+    }
     refreshStatus(force: true)
     let thread = Thread { [self] in run() }
     thread.name = "groupsync-relay"
@@ -283,10 +291,13 @@ public final class Relay: @unchecked Sendable {
         lastError = nil
       }
       refreshStatus(force: false)
+      if failure != nil { localCommits.raise() }
       if waitForWake(configuration.pollInterval) {
         // Quiet for a whole interval: look at the log itself, in case a
-        // commit went by without a notification this session saw.
+        // commit went by without a notification this session saw, and at
+        // the store, in case one went by without ringing.
         for context in contexts { context.mustReadLog = true }
+        localCommits.raise()
       }
     }
     shutDown()
@@ -329,10 +340,11 @@ public final class Relay: @unchecked Sendable {
     case recover(RecoveryReason)
   }
 
-  /// One pass: recover if needed, ship everything pending, apply
-  /// everything the log holds.
+  /// One pass: recover if needed, ship everything pending (when a local
+  /// commit may have happened), apply everything the log holds.
   private func pass() throws -> PassOutcome {
     guard let log else { throw RelayError.disconnected(reason: "no connection") }
+    let local = localCommits.take() || needsRecovery
     if needsRecovery {
       for context in contexts { try recover(context, log) }
       needsRecovery = false
@@ -340,9 +352,11 @@ public final class Relay: @unchecked Sendable {
     // A store whose log diverged re-synchronises before anything ships, so
     // that shipments carry positions the log holds.
     for context in contexts where context.divergence != nil { try Applier(context: context).apply(log) }
-    // After a migration here: its new columns filled in before anything ships.
-    for context in contexts { try Applier(context: context).reconcileSchema() }
-    if let stopped = try counting(\.shippingRoundTrips, log, { try shipAll(log) }) { return stopped }
+    if local {
+      // After a migration here: its new columns filled in before anything ships.
+      for context in contexts { try Applier(context: context).reconcileSchema() }
+      if let stopped = try counting(\.shippingRoundTrips, log, { try shipAll(log) }) { return stopped }
+    }
     // The shipments' own notifications came with their answers.
     takeNotifications(log)
     return try counting(\.applyingRoundTrips, log) { try applyAll(log) }
@@ -569,3 +583,18 @@ public final class Relay: @unchecked Sendable {
   private var finishedSoon: Bool { stopping }
 }
 
+/// Whether a local commit rang since the relay's thread last looked.
+private final class LocalCommitFlag: @unchecked Sendable {
+  private let lock = NSLock()
+  private var raised = true
+
+  func raise() { lock.withLock { raised = true } }
+
+  /// Whether it was raised; lowers it.
+  func take() -> Bool {
+    lock.withLock {
+      defer { raised = false }
+      return raised
+    }
+  }
+}
