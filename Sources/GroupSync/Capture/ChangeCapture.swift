@@ -82,9 +82,11 @@ final class ChangeCapture {
   /// fed by the fallback).
   func pendingChanges() throws -> (netRows: [TableName: NetRows], invalidated: Set<TableName>) {
     guard gs_capture_make_net_rows(handle) == GS_OK else { throw GroupSyncError.captureOutOfMemory }
-    var netRows: [TableName: NetRows] = [:]
+    let count = gs_capture_table_count(handle)
+    // Sized once: growing from empty reallocated the table on the first row.
+    var netRows = [TableName: NetRows](minimumCapacity: Int(count))
     var invalidated = Set<TableName>()
-    for index in 0..<gs_capture_table_count(handle) {
+    for index in 0..<count {
       if gs_capture_table_invalidated(handle, index) != 0 {
         invalidated.insert(tableName(index))
         continue

@@ -106,7 +106,7 @@ struct NetChangeResolver {
     guard after.version == before.version, budgetInvalidated.isEmpty, after.externalContents.isEmpty,
       netRows.keys.allSatisfy({ after.kinds[$0] == .rowID })
     else { return nil }
-    var tables: [TableName: TableChanges] = [:]
+    var tables = [TableName: TableChanges](minimumCapacity: netRows.count)
     var invalidated = Set<TableName>()
     for (table, rows) in netRows {
       guard let changes = try verified(rows, in: table) else {

@@ -58,9 +58,12 @@ final class CommitPublisher: Sendable {
       var own: Outcome?
       for committed in batch {
         let changeSet = committed.changeSet
-        let start = ContinuousClock.now
+        // No clock read when no metrics are kept.
+        let start = metrics == nil ? nil : ContinuousClock.now
         let failures = deliver(changeSet, committed.encoded)
-        metrics?.published(changeSet, failures: failures.count, duration: ContinuousClock.now - start)
+        if let metrics, let start {
+          metrics.published(changeSet, failures: failures.count, duration: ContinuousClock.now - start)
+        }
         if !failures.isEmpty {
           Logger.groupSync.error(
             "change set \(changeSet.sequence) committed but not delivered to every listener (they read it from the history): \(failures)")
