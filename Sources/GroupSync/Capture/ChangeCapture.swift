@@ -82,11 +82,9 @@ final class ChangeCapture {
   /// fed by the fallback).
   func pendingChanges() throws -> (netRows: [TableName: NetRows], invalidated: Set<TableName>) {
     guard gs_capture_make_net_rows(handle) == GS_OK else { throw GroupSyncError.captureOutOfMemory }
-    let count = gs_capture_table_count(handle)
-    // Sized once: growing from empty reallocated the table on the first row.
-    var netRows = [TableName: NetRows](minimumCapacity: Int(count))
+    var netRows: [TableName: NetRows] = [:]
     var invalidated = Set<TableName>()
-    for index in 0..<count {
+    for index in 0..<gs_capture_table_count(handle) {
       if gs_capture_table_invalidated(handle, index) != 0 {
         invalidated.insert(tableName(index))
         continue
@@ -94,7 +92,9 @@ final class ChangeCapture {
       guard gs_capture_table_rows(handle, index) > 0 else { continue }
       var net = gs_net_rows()
       guard gs_capture_net_rows(handle, index, &net) == GS_OK else { throw GroupSyncError.captureOutOfMemory }
-      netRows[tableName(index)] = NetRows(net)
+      // The first table as a literal: storage made at its size, where
+      // growing an empty dictionary reallocated it.
+      if netRows.isEmpty { netRows = [tableName(index): NetRows(net)] } else { netRows[tableName(index)] = NetRows(net) }
     }
     return (netRows, invalidated)
   }

@@ -106,14 +106,15 @@ struct NetChangeResolver {
     guard after.version == before.version, budgetInvalidated.isEmpty, after.externalContents.isEmpty,
       netRows.keys.allSatisfy({ after.kinds[$0] == .rowID })
     else { return nil }
-    var tables = [TableName: TableChanges](minimumCapacity: netRows.count)
+    var tables: [TableName: TableChanges] = [:]
     var invalidated = Set<TableName>()
     for (table, rows) in netRows {
       guard let changes = try verified(rows, in: table) else {
         invalidated.insert(table)
         continue
       }
-      if !changes.isEmpty { tables[table] = changes }
+      // The first table as a literal: no growing an empty dictionary.
+      if tables.isEmpty, !changes.isEmpty { tables = [table: changes] } else if !changes.isEmpty { tables[table] = changes }
     }
     return (tables, invalidated)
   }

@@ -163,8 +163,14 @@ final class WriterStatements {
   /// are not a dense range or the rowid cannot be named in SQL.
   func allExist(_ rowIDs: [Int64], in table: TableName, schemaVersion: Int64, _ db: Database) throws -> Bool? {
     guard let first = rowIDs.first, let last = rowIDs.last, last &- first == Int64(rowIDs.count - 1),
-      let (_, _, count) = try existenceStatements(table, schemaVersion: schemaVersion, db)
+      let (range, _, count) = try existenceStatements(table, schemaVersion: schemaVersion, db)
     else { return nil }
+    if rowIDs.count == 1 {
+      // One row, the common write: found by its rowid, no aggregate.
+      sqlite3_bind_int64(range, 1, first)
+      sqlite3_bind_int64(range, 2, first)
+      return try run(range) == first
+    }
     sqlite3_bind_int64(count, 1, first)
     sqlite3_bind_int64(count, 2, last)
     return try run(count) == Int64(rowIDs.count)
