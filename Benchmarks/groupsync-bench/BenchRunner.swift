@@ -940,9 +940,11 @@ final class BenchRunner {
           target: "capture overhead <= \(Int(limit * 100))% over raw SQLite on \(rows)-row transactions", figure: figure,
           met: met))
     }
-    // Issue 20's, over plain GRDB running the same statements: decided by
-    // instructions (callgrind); wall time is reported beside them.
-    for (rows, limit) in [(1000, 0.10), (1, 0.30)] {
+    // Issue 28's, over plain GRDB running the same statements: 1-row
+    // transactions by instructions (callgrind) and wall p50 both, met only
+    // if every figure measured is; 1000-row ones by instructions per row,
+    // wall reported beside them.
+    for (rows, instructionLimit, wallLimit) in [(1000, 0.12, nil), (1, 0.40, 0.60)] as [(Int, Double, Double?)] {
       let wall = results.capture.filter { $0.rows == rows && $0.overheadOverGRDB != nil }
       let instructions = results.callgrind?.rows.filter { $0.rows == rows && ($0.overheadOverGRDB?.isFinite ?? false) } ?? []
       guard !wall.isEmpty || !instructions.isEmpty else { continue }
@@ -959,11 +961,15 @@ final class BenchRunner {
       if !wall.isEmpty {
         parts.append("wall p50 " + wall.map { "\($0.operation) \(BenchFormat.percent($0.overheadOverGRDB!))" }.joined(separator: ", "))
       }
-      targets.append(
-        BenchTarget(
-          target: "Store.write <= +\(Int(limit * 100))% instructions over plain GRDB on \(rows)-row transactions",
-          figure: parts.joined(separator: "; "),
-          met: instructions.isEmpty ? nil : instructions.allSatisfy { $0.overheadOverGRDB! <= limit }))
+      var target = "Store.write <= +\(Int(instructionLimit * 100))% instructions"
+      if let wallLimit { target += " and <= +\(Int(wallLimit * 100))% wall p50" }
+      target += " over plain GRDB on \(rows)-row transactions"
+      var met: Bool? = instructions.isEmpty ? nil : instructions.allSatisfy { $0.overheadOverGRDB! <= instructionLimit }
+      if let wallLimit, !wall.isEmpty {
+        let wallMet = wall.allSatisfy { $0.overheadOverGRDB! <= wallLimit }
+        met = met.map { $0 && wallMet } ?? wallMet
+      }
+      targets.append(BenchTarget(target: target, figure: parts.joined(separator: "; "), met: met))
     }
     if let reads = results.readLatency {
       targets.append(

@@ -92,7 +92,9 @@ final class ChangeCapture {
       guard gs_capture_table_rows(handle, index) > 0 else { continue }
       var net = gs_net_rows()
       guard gs_capture_net_rows(handle, index, &net) == GS_OK else { throw GroupSyncError.captureOutOfMemory }
-      netRows[tableName(index)] = NetRows(net)
+      // The first table as a literal: storage made at its size, where
+      // growing an empty dictionary reallocated it.
+      if netRows.isEmpty { netRows = [tableName(index): NetRows(net)] } else { netRows[tableName(index)] = NetRows(net) }
     }
     return (netRows, invalidated)
   }

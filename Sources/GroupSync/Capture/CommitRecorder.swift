@@ -39,6 +39,10 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
   /// (An array, appended only when the name differs from the last one:
   /// GRDB asks on every statement, and hashing into a set cost most of it.)
   private var writtenTables: [String] = []
+  /// The last table `observes` found not internal, kept across
+  /// transactions: most writes hit the table the last one wrote, and its
+  /// check is then one compare of bytes.
+  private var lastExternalTable: String?
   /// Written tables whose rows the hook names (rowid tables, virtual
   /// tables with a rowid shadow) as of schema `plainTablesVersion`: most
   /// commits write only those, and look none up by name.
@@ -315,12 +319,19 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
     guard !isRelayingOtherProcesses else { return false }
     let table = eventKind.tableName
     if let last = writtenTables.last, TableName.sameBytes(last, table) { return isFallback }
-    guard !TableName(table).isInternal else {
+    if let known = lastExternalTable, TableName.sameBytes(known, table) {
+      writtenTables.append(table)
+      return isFallback
+    }
+    // withCString reads a native string in place (passing the String as
+    // `const char *` copies it into a new array).
+    guard table.withCString({ gs_is_internal_table($0) }) == 0 else {
       // The history written through GRDB (not by the commit's own insert):
       // its last sequence is read again, not assumed.
       if TableName.sameBytes(table, StoreState.historyTable) { knownLastSequence = nil }
       return false
     }
+    lastExternalTable = table
     writtenTables.append(table)
     return isFallback
   }

@@ -113,7 +113,8 @@ struct NetChangeResolver {
         invalidated.insert(table)
         continue
       }
-      if !changes.isEmpty { tables[table] = changes }
+      // The first table as a literal: no growing an empty dictionary.
+      if tables.isEmpty, !changes.isEmpty { tables = [table: changes] } else if !changes.isEmpty { tables[table] = changes }
     }
     return (tables, invalidated)
   }

@@ -21,6 +21,9 @@ final class WriterStatements {
   private var appendHistoryStatement: OpaquePointer?
   private var existence: [TableName: (range: OpaquePointer?, list: OpaquePointer?, count: OpaquePointer?)] = [:]
   private var existenceVersion: Int64 = -1
+  /// The table whose existence statements were looked up last, and them:
+  /// most commits check one table, the one the last commit checked.
+  private var lastExistence: (table: TableName, statements: (range: OpaquePointer, list: OpaquePointer, count: OpaquePointer))?
 
   init(connection: OpaquePointer) {
     self.connection = connection
@@ -38,6 +41,7 @@ final class WriterStatements {
       sqlite3_finalize(count)
     }
     existence = [:]
+    lastExistence = nil
   }
 
   private func prepare(_ sql: String) throws -> OpaquePointer {
@@ -100,16 +104,21 @@ final class WriterStatements {
     let savedRowID = sqlite3_last_insert_rowid(connection)
     sqlite3_bind_int64(statement, 1, changeSet.sequence)
     sqlite3_bind_int64(statement, 2, changeSet.committedAtNanoseconds)
-    if let author {
-      sqlite3_bind_text(statement, 3, author, -1, SQLITE_TRANSIENT_DESTRUCTOR)
-    } else {
-      sqlite3_bind_null(statement, 3)
-    }
     sqlite3_bind_int64(statement, 4, Int64(changeSet.writerProcessID))
-    payload.withUnsafeBytes { bytes in
-      _ = sqlite3_bind_blob64(statement, 5, bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1), UInt64(bytes.count), SQLITE_TRANSIENT_DESTRUCTOR)
+    // Author and payload bound in place (SQLITE_STATIC): `run` steps the
+    // statement and clears its bindings while both buffers are held.
+    try payload.withUnsafeBytes { bytes in
+      _ = sqlite3_bind_blob64(statement, 5, bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1), UInt64(bytes.count), nil)
+      if let author {
+        try author.withCString { text in
+          sqlite3_bind_text(statement, 3, text, -1, nil)
+          try run(statement)
+        }
+      } else {
+        sqlite3_bind_null(statement, 3)
+        try run(statement)
+      }
     }
-    try run(statement)
     sqlite3_set_last_insert_rowid(connection, savedRowID)
   }
 
@@ -125,10 +134,13 @@ final class WriterStatements {
         sqlite3_finalize(count)
       }
       existence = [:]
+      lastExistence = nil
       existenceVersion = schemaVersion
     }
+    if let last = lastExistence, TableName.sameBytes(last.table.name, table.name) { return last.statements }
     if let (range, list, count) = existence[table] {
       guard let range, let list, let count else { return nil }
+      lastExistence = (table, (range, list, count))
       return (range, list, count)
     }
     // Nil when every alias is a column name: its rows cannot be checked,
@@ -142,6 +154,7 @@ final class WriterStatements {
       list: try prepare("SELECT \(rowID) FROM \(table.qualified) WHERE \(rowID) IN (SELECT value FROM json_each(?))"),
       count: try prepare("SELECT count(*) FROM \(table.qualified) WHERE \(rowID) BETWEEN ? AND ?"))
     existence[table] = statements
+    lastExistence = (table, statements)
     return statements
   }
 
@@ -150,8 +163,14 @@ final class WriterStatements {
   /// are not a dense range or the rowid cannot be named in SQL.
   func allExist(_ rowIDs: [Int64], in table: TableName, schemaVersion: Int64, _ db: Database) throws -> Bool? {
     guard let first = rowIDs.first, let last = rowIDs.last, last &- first == Int64(rowIDs.count - 1),
-      let (_, _, count) = try existenceStatements(table, schemaVersion: schemaVersion, db)
+      let (range, _, count) = try existenceStatements(table, schemaVersion: schemaVersion, db)
     else { return nil }
+    if rowIDs.count == 1 {
+      // One row, the common write: found by its rowid, no aggregate.
+      sqlite3_bind_int64(range, 1, first)
+      sqlite3_bind_int64(range, 2, first)
+      return try run(range) == first
+    }
     sqlite3_bind_int64(count, 1, first)
     sqlite3_bind_int64(count, 2, last)
     return try run(count) == Int64(rowIDs.count)

@@ -64,7 +64,7 @@ final class FanOut: Sendable {
   func deliver(_ changeSet: ChangeSet, encoded bytes: [UInt8], store: String) -> [PublishFailure] {
     let local = inProcessInboxes(rootPath)
     for inbox in local { inbox.receiveInProcess(changeSet, store: store) }
-    let localNames = Set(local.map(\.name))
+    let localNames = local.isEmpty ? [] : Set(local.map(\.name))
     return folders.withLock { folders in
       var failures: [PublishFailure] = []
       let targets: [(name: String, inbox: SafeDirectory)]

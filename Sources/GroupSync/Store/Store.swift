@@ -93,7 +93,10 @@ public final class Store: Sendable {
     }
     let pool = try DatabasePool(path: path, configuration: configuration)
     writerPool = pool
-    let metrics = StoreMetrics(store: name, factory: options.metricsFactory)
+    // No metrics at all where they go nowhere (the factory nobody
+    // bootstrapped): each write then reads no clock for them.
+    let factory = options.metricsFactory ?? MetricsSystem.factory
+    let metrics = factory is NOOPMetricsHandler ? nil : StoreMetrics(store: name, factory: factory)
     self.metrics = metrics
     let publisher = CommitPublisher(deliver: publish, metrics: metrics)
     // The bookkeeping row is written before the capture exists: it is
@@ -163,7 +166,8 @@ public final class Store: Sendable {
   ///   this store.
   @discardableResult
   public func write<T>(author: String? = nil, _ body: (Database) throws -> T) throws -> T {
-    try writeAndReport(author: author, body).result
+    var outcome: CommitPublisher.Outcome?
+    return try write(author: author, outcome: &outcome, body)
   }
 
   /// Like `write(author:_:)`, and also returns the change set published,
@@ -171,20 +175,32 @@ public final class Store: Sendable {
   public func writeAndReturnChangeSet<T>(
     author: String? = nil, _ body: (Database) throws -> T
   ) throws -> (result: T, changeSet: ChangeSet?) {
-    let report = try writeAndReport(author: author, body)
-    return (report.result, report.changeSet)
+    var outcome: CommitPublisher.Outcome?
+    let result = try write(author: author, outcome: &outcome, body)
+    return (result, outcome?.changeSet)
   }
 
   /// Like `write(author:_:)`, and also says what was committed and which
   /// live listeners it could not be delivered to (they read it from the
   /// history; nothing is lost, but the caller may want to know).
   public func writeAndReport<T>(author: String? = nil, _ body: (Database) throws -> T) throws -> WriteReport<T> {
+    var outcome: CommitPublisher.Outcome?
+    let result = try write(author: author, outcome: &outcome, body)
+    return WriteReport(result: result, changeSet: outcome?.changeSet, publishFailures: outcome?.failures ?? [])
+  }
+
+  /// The synchronous writes' one path; what publishing came to goes to
+  /// `outcome` (no generic result type of our own to instantiate per call).
+  private func write<T>(
+    author: String?, outcome: inout CommitPublisher.Outcome?, _ body: (Database) throws -> T
+  ) throws -> T {
     try checkWritable()
     // Reentrant on the writer queue, so that a nested call gets a clear
     // error instead of GRDB's reentrancy trap.
-    let (result, sequence) = try pool.unsafeReentrantWrite { db in try transaction(db, author: author, body) }
-    let outcome = published(sequence)
-    return WriteReport(result: result, changeSet: outcome?.changeSet, publishFailures: outcome?.failures ?? [])
+    var sequence: Int64?
+    let result = try pool.unsafeReentrantWrite { db in try transaction(db, author: author, sequence: &sequence, body) }
+    outcome = published(sequence)
+    return result
   }
 
   /// Runs `body` in one transaction, without blocking the calling thread,
@@ -203,7 +219,9 @@ public final class Store: Sendable {
   ) async throws -> (result: T, changeSet: ChangeSet?) {
     try checkWritable()
     let (result, sequence) = try await pool.writeWithoutTransaction { db in
-      try self.transaction(db, author: author, body)
+      var sequence: Int64?
+      let result = try self.transaction(db, author: author, sequence: &sequence, body)
+      return (result, sequence)
     }
     return (result, published(sequence)?.changeSet)
   }
@@ -231,22 +249,24 @@ public final class Store: Sendable {
   /// history), COMMIT; the caller then publishes. Returns the body's
   /// result and the change set's sequence (nil: nothing changed).
   private func transaction<T>(
-    _ db: Database, author: String?, _ body: (Database) throws -> T
-  ) throws -> (T, Int64?) {
+    _ db: Database, author: String?, sequence: inout Int64?, _ body: (Database) throws -> T
+  ) throws -> T {
     let recorder = writer!.recorder
     // SQLite's own answer: GRDB's `isInsideTransaction` checks its queue
     // too, which costs more than the check on every write.
     guard !recorder.isInTransaction else { throw GroupSyncError.nestedWrite }
-    var output: (T, Int64?)?
-    let start = ContinuousClock.now
-    defer { if output?.1 != nil { metrics?.commitDuration.record(duration: ContinuousClock.now - start) } }
+    var result: T?
+    var finished: Int64?
+    let start = metrics == nil ? nil : ContinuousClock.now
+    defer { if let start, finished != nil { metrics?.commitDuration.record(duration: ContinuousClock.now - start) } }
     try db.inTransaction(.immediate) {
       try recorder.begin(db, author: author ?? self.author)
-      let result = try body(db)
-      output = (result, try recorder.finish(db))
+      result = try body(db)
+      finished = try recorder.finish(db)
       return .commit
     }
-    return output!
+    sequence = finished
+    return result!
   }
 
   /// Adds `note` to the change set of the open `write(_:)` of this

@@ -1,3 +1,4 @@
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -53,5 +54,21 @@ enum System {
     return bytes
   }
 
-  static var processID: Int32 { getpid() }
+  /// This process's ID, read once (glibc no longer caches getpid: it was a
+  /// system call on every commit) and read again in a child after fork.
+  static var processID: Int32 {
+    let cached = cachedProcessID.load(ordering: .relaxed)
+    if cached != 0 { return cached }
+    _ = forkHandlerInstalled
+    let pid = getpid()
+    cachedProcessID.store(pid, ordering: .relaxed)
+    return pid
+  }
+
+  private static let cachedProcessID = Atomic<Int32>(0)
+  /// A forked child forgets the parent's ID.
+  private static let forkHandlerInstalled: Bool = {
+    pthread_atfork(nil, nil, { System.cachedProcessID.store(0, ordering: .relaxed) })
+    return true
+  }()
 }
