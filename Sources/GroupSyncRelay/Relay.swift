@@ -159,7 +159,9 @@ public final class Relay: @unchecked Sendable {
     // that saw them, undecoded; the change sets are read from the history.
     let wake = self.wake
     let localCommits = self.localCommits
-    doorbell = try group.doorbell {
+    // The relay's own commits (applied entries, its bookkeeping) do not
+    // wake it: they came from the log, and nothing of them ships.
+    doorbell = try group.doorbell(ignoringAuthor: author) {
       localCommits.raise()
       wake.ring()
     }

@@ -30,11 +30,13 @@ struct DoorbellTests {
     let doorbell: Doorbell
     var inbox: String { group.layout.inbox(doorbell.name) }
 
-    init(_ label: String = #function) async throws {
+    init(_ label: String = #function, ignoringAuthor: String? = nil) async throws {
       folder = try TemporaryFolder(label)
       directory = try await ProcessHarness.initGroup(folder, schema: ListenerFixture.schema)
       group = try GroupFolder(path: directory, create: false)
-      doorbell = try group.doorbell(rescanInterval: .milliseconds(200)) { [rings] in rings.ring() }
+      doorbell = try group.doorbell(rescanInterval: .milliseconds(200), ignoringAuthor: ignoringAuthor) { [rings] in
+        rings.ring()
+      }
     }
 
     deinit { doorbell.close() }
@@ -55,6 +57,38 @@ struct DoorbellTests {
     try await bell.group.store.write { db in try db.execute(sql: ListenerFixture.insert[0]) }
     #expect(await bell.rings.wait(for: 1))
     #expect(ProcessHarness.entries(bell.inbox).isEmpty)
+  }
+
+  /// Takes this process's change sets in memory and keeps their authors.
+  final class AuthorLog: InProcessInbox, @unchecked Sendable {
+    let name = "author-log"
+    let authors = Locked<[String?]>([])
+    func receiveInProcess(_ changeSet: ChangeSet, store: String, author: String?) {
+      authors.withLock { $0.append(author) }
+    }
+  }
+
+  /// A relay's own commits do not wake it: this process's commits under
+  /// the author the doorbell ignores do not ring, any other's do. Fan-out
+  /// hands each in-process inbox the author the write named, on the
+  /// committing thread (the doorbell's own ticks and rescans may ring
+  /// besides, so its rings are not counted through writes).
+  @Test func thisProcesssCommitsUnderTheIgnoredAuthorDoNotRing() async throws {
+    let bell = try await Bell(ignoringAuthor: "groupsync-relay@a")
+    let log = AuthorLog()
+    LocalListeners.shared.add(log, group: bell.group.layout.root)
+    defer { LocalListeners.shared.remove(log, group: bell.group.layout.root) }
+    try await bell.group.store.write(author: "groupsync-relay@a") { db in try db.execute(sql: ListenerFixture.insert[0]) }
+    try await bell.group.store.write(author: "someone") { db in try db.execute(sql: ListenerFixture.insert[0]) }
+    #expect(log.authors.withLock { $0 } == ["groupsync-relay@a", "someone"])
+
+    let changeSet = try #require(try bell.group.store.history(after: 0, limit: 100).last?.changeSet.get())
+    let before = bell.rings.value
+    bell.doorbell.receiveInProcess(changeSet, store: "main", author: "groupsync-relay@a")
+    #expect(bell.rings.value == before)
+    bell.doorbell.receiveInProcess(changeSet, store: "main", author: "someone")
+    bell.doorbell.receiveInProcess(changeSet, store: "main", author: nil)
+    #expect(bell.rings.value >= before + 2)
   }
 
   @Test func aFileThatIsNoChangeSetJustRingsAndIsRemovedUnread() async throws {

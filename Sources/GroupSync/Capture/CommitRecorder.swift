@@ -262,7 +262,7 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
       try db.execute(
         sql: "UPDATE \(StoreState.historyTable) SET payload = ? WHERE seq = ?", arguments: [Data(encoded), sequence])
       // No writer waits for it: whoever publishes next publishes it.
-      return CommittedChangeSet(changeSet: changeSet, encoded: encoded, claimed: false)
+      return CommittedChangeSet(changeSet: changeSet, encoded: encoded, author: nil, claimed: false)
     } catch {
       Logger.groupSync.error("cannot build the change set of a migration: \(error)")
       return nil
@@ -366,7 +366,9 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
   }
 
   func databaseDidCommit(_ db: Database) {
-    var committed = prepared.map { CommittedChangeSet(changeSet: $0.changeSet, encoded: $0.encoded, claimed: true) }
+    var committed = prepared.map {
+      CommittedChangeSet(changeSet: $0.changeSet, encoded: $0.encoded, author: author, claimed: true)
+    }
     if committed == nil && migrationRecorded {
       // Cleared first: storing the payload commits again, which comes back here.
       migrationRecorded = false

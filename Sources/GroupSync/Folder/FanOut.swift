@@ -58,12 +58,13 @@ final class FanOut: Sendable {
     self.inProcessInboxes = inProcessInboxes
   }
 
-  /// Delivers `changeSet` of store `store` (encoded as `bytes`) and says
+  /// Delivers `changeSet` of store `store` (encoded as `bytes`, written
+  /// under `author`) and says
   /// which live listeners did not get it; they fill the gap from the
   /// store's history.
-  func deliver(_ changeSet: ChangeSet, encoded bytes: [UInt8], store: String) -> [PublishFailure] {
+  func deliver(_ changeSet: ChangeSet, encoded bytes: [UInt8], author: String?, store: String) -> [PublishFailure] {
     let local = inProcessInboxes(rootPath)
-    for inbox in local { inbox.receiveInProcess(changeSet, store: store) }
+    for inbox in local { inbox.receiveInProcess(changeSet, store: store, author: author) }
     let localNames = local.isEmpty ? [] : Set(local.map(\.name))
     return folders.withLock { folders in
       var failures: [PublishFailure] = []
@@ -271,6 +272,7 @@ protocol InProcessInbox: AnyObject, Sendable {
   /// The name of the folder under `listeners/` that fan-out skips.
   var name: String { get }
   /// Takes change set `changeSet` of store `store`, committed by this
-  /// process; called by the committing thread, so quick.
-  func receiveInProcess(_ changeSet: ChangeSet, store: String)
+  /// process under `author` (nil: none); called by the committing thread,
+  /// so quick.
+  func receiveInProcess(_ changeSet: ChangeSet, store: String, author: String?)
 }

@@ -12,14 +12,19 @@ extension GroupFolder {
   /// - Parameters:
   ///   - rescanInterval: how often the inbox is looked at besides the
   ///     kernel's wake-ups, which it may drop.
+  ///   - ignoringAuthor: this process's own commits written under this
+  ///     author do not ring (a relay's own applied entries and
+  ///     bookkeeping, say). Other processes' commits always ring: their
+  ///     author is not read.
   ///   - ring: called on the watcher thread (for this process's own
   ///     commits, on the committing thread); keep it short.
   /// - Returns: the doorbell; it rings until it is closed or released.
   public func doorbell(
-    rescanInterval: Duration = .seconds(1), _ ring: @escaping @Sendable () -> Void
+    rescanInterval: Duration = .seconds(1), ignoringAuthor: String? = nil, _ ring: @escaping @Sendable () -> Void
   ) throws -> Doorbell {
     let doorbell = try Doorbell(
-      root: root, group: layout.root, name: Self.ephemeralName(), rescanInterval: rescanInterval, ring: ring)
+      root: root, group: layout.root, name: Self.ephemeralName(), rescanInterval: rescanInterval,
+      ignoredAuthor: ignoringAuthor, ring: ring)
     removeDeadEphemeralListeners()
     return doorbell
   }

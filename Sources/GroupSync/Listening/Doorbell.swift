@@ -34,6 +34,8 @@ public final class Doorbell: InProcessInbox, Sendable {
   private let group: String
   private let rescanMilliseconds: UInt64
   private let ring: @Sendable () -> Void
+  /// This process's commits under this author do not ring (nil: all do).
+  private let ignoredAuthor: String?
   private let lock: ListenerLock
 
   /// What the watcher thread and ``close()`` share.
@@ -48,10 +50,11 @@ public final class Doorbell: InProcessInbox, Sendable {
   private let state: Locked<State>
 
   init(
-    root: SafeDirectory, group: String, name: String, rescanInterval: Duration,
+    root: SafeDirectory, group: String, name: String, rescanInterval: Duration, ignoredAuthor: String? = nil,
     ring: @escaping @Sendable () -> Void
   ) throws {
     self.root = root
+    self.ignoredAuthor = ignoredAuthor
     self.group = group
     self.name = name
     self.ring = ring
@@ -97,8 +100,10 @@ public final class Doorbell: InProcessInbox, Sendable {
     locks.forEach { $0.release() }
   }
 
-  /// A commit of this process, handed over in memory: it rings at once.
-  func receiveInProcess(_ changeSet: ChangeSet, store: String) {
+  /// A commit of this process, handed over in memory: it rings at once,
+  /// unless its author is the one the doorbell ignores.
+  func receiveInProcess(_ changeSet: ChangeSet, store: String, author: String?) {
+    guard ignoredAuthor == nil || author != ignoredAuthor else { return }
     if !isClosed { ring() }
   }
 

@@ -40,7 +40,7 @@ extension Listener {
   /// A change set of `store` committed by this process, handed over in
   /// memory. Past the backlog bounds, they are dropped and the listener
   /// resets.
-  func receiveInProcess(_ changeSet: ChangeSet, store: String) {
+  func receiveInProcess(_ changeSet: ChangeSet, store: String, author: String?) {
     mailbox.receiveInProcess(
       changeSet, store: store, maximumCount: options.maximumInProcessBacklog,
       maximumRows: options.maximumInProcessRows)

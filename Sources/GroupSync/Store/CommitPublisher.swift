@@ -6,6 +6,8 @@ struct CommittedChangeSet: Sendable {
   let changeSet: ChangeSet
   /// Its encoding, as the history holds it and listeners' inboxes get it.
   let encoded: [UInt8]
+  /// The author its history row records (nil: none).
+  let author: String?
   /// Whether a writer waits for it (``CommitPublisher/publish(through:)``
   /// with its sequence); a migration's change set has no such writer.
   let claimed: Bool
@@ -20,7 +22,7 @@ struct CommittedChangeSet: Sendable {
 /// fan-out. Whoever publishes first publishes everything queued, in order,
 /// so commit order holds across the process's threads.
 final class CommitPublisher: Sendable {
-  typealias Deliver = @Sendable (ChangeSet, _ encoded: [UInt8]) -> [PublishFailure]
+  typealias Deliver = @Sendable (CommittedChangeSet) -> [PublishFailure]
   private let deliver: Deliver
   private let metrics: StoreMetrics?
 
@@ -70,7 +72,7 @@ final class CommitPublisher: Sendable {
         let changeSet = committed.changeSet
         // No clock read when no metrics are kept.
         let start = metrics == nil ? nil : ContinuousClock.now
-        let failures = deliver(changeSet, committed.encoded)
+        let failures = deliver(committed)
         if let metrics, let start {
           metrics.published(changeSet, failures: failures.count, duration: ContinuousClock.now - start)
         }
