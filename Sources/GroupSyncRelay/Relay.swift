@@ -600,3 +600,4 @@ private final class LocalCommitFlag: @unchecked Sendable {
     }
   }
 }
+

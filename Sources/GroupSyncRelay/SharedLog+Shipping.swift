@@ -60,8 +60,10 @@ extension SharedLog {
       .init(
         """
         SELECT r.tbl, r.gid, r.seq, r.origin_host, r.columns, r.data
-        FROM gs_row r JOIN unnest($3::text[], $4::text[]) AS w(tbl, gid) ON r.tbl = w.tbl AND r.gid = w.gid
-        WHERE r.grp = $1 AND r.store = $2 ORDER BY r.tbl, r.gid FOR UPDATE OF r
+        FROM (SELECT DISTINCT u.tbl, u.gid FROM unnest($3::text[], $4::text[]) AS u(tbl, gid) ORDER BY u.tbl, u.gid) w
+        CROSS JOIN LATERAL (
+          SELECT g.tbl, g.gid, g.seq, g.origin_host, g.columns, g.data FROM gs_row g
+          WHERE g.grp = $1 AND g.store = $2 AND g.tbl = w.tbl AND g.gid = w.gid FOR UPDATE) r
         """,
         [replica.group, replica.store, PostgresArray.literal(targets.map(\.table)),
          PostgresArray.literal(targets.map(\.gid))]),
@@ -149,6 +151,7 @@ extension SharedLog {
     RETURNS TABLE(outcome text, pos bigint) LANGUAGE plpgsql AS $fn$
     DECLARE
       v_shipped bigint;
+      v_moved boolean;
       v_seq bigint;
       v_purged bigint;
       v_hint text;
@@ -160,13 +163,15 @@ extension SharedLog {
           RETURN QUERY SELECT 'already'::text, v_shipped;
           RETURN;
         END IF;
-        PERFORM 1 FROM gs_row r JOIN unnest(w_tbl, w_gid) AS w(tbl, gid) ON r.tbl = w.tbl AND r.gid = w.gid
-        WHERE r.grp = p_grp AND r.store = p_store ORDER BY r.tbl, r.gid FOR UPDATE OF r;
-        IF EXISTS (
-          SELECT 1 FROM gs_row r JOIN unnest(w_tbl, w_gid, w_base) AS w(tbl, gid, base)
-            ON r.tbl = w.tbl AND r.gid = w.gid
-          WHERE r.grp = p_grp AND r.store = p_store AND r.seq > w.base)
-        THEN
+        -- One primary-key lookup per row, whatever the planner thinks of
+        -- the table's size, in (table, global ID) order.
+        SELECT coalesce(bool_or(r.seq > w.base), false) INTO v_moved
+        FROM (SELECT DISTINCT u.tbl, u.gid, u.base FROM unnest(w_tbl, w_gid, w_base) AS u(tbl, gid, base)
+              ORDER BY u.tbl, u.gid) w
+        CROSS JOIN LATERAL (
+          SELECT g.seq FROM gs_row g
+          WHERE g.grp = p_grp AND g.store = p_store AND g.tbl = w.tbl AND g.gid = w.gid FOR UPDATE) r;
+        IF v_moved THEN
           RETURN QUERY SELECT 'moved'::text, 0::bigint;
           RETURN;
         END IF;
