@@ -80,16 +80,7 @@ struct BenchFleetResult: Codable {
 
 extension BenchRunner {
   func fleet() throws {
-    guard let conninfo = options.postgresConninfo else {
-      results.notes.append("fleet: not measured (no PostgreSQL server; make bench starts one)")
-      return
-    }
-    let relay = URL(fileURLWithPath: executable).deletingLastPathComponent()
-      .appendingPathComponent("groupsync-relay").path
-    guard FileManager.default.isExecutableFile(atPath: relay) else {
-      results.notes.append("fleet: not measured (\(relay) missing: make bench-tools builds it)")
-      return
-    }
+    guard let (conninfo, relay) = relaySetUp(phase: "fleet") else { return }
     var fleet = BenchFleetResult()
     fleet.localDelivery = results.latency.first { $0.listeners == 1 && $0.stream == "sparse" }?.groupsync
     // Sized for a 2-core machine (about 2 minutes in all): the same total

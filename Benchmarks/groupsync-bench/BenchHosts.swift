@@ -33,17 +33,24 @@ struct BenchHostsResult: Codable {
 }
 
 extension BenchRunner {
-  func hosts() throws {
+  /// The server's conninfo and the relay beside this executable, for the
+  /// phase `phase`; nil (and a note saying why) when either is missing.
+  func relaySetUp(phase: String) -> (conninfo: String, relay: String)? {
     guard let conninfo = options.postgresConninfo else {
-      results.notes.append("hosts: not measured (no PostgreSQL server; make bench starts one)")
-      return
+      results.notes.append("\(phase): not measured (no PostgreSQL server; make bench starts one)")
+      return nil
     }
     let relay = URL(fileURLWithPath: executable).deletingLastPathComponent()
       .appendingPathComponent("groupsync-relay").path
     guard FileManager.default.isExecutableFile(atPath: relay) else {
-      results.notes.append("hosts: not measured (\(relay) missing: make bench-tools builds it)")
-      return
+      results.notes.append("\(phase): not measured (\(relay) missing: make bench-tools builds it)")
+      return nil
     }
+    return (conninfo, relay)
+  }
+
+  func hosts() throws {
+    guard let (conninfo, relay) = relaySetUp(phase: "hosts") else { return }
     let root = options.workFolder + "/hosts"
     try? FileManager.default.removeItem(atPath: root)
     let groupName = "bench-\(getpid())-\(BenchClock.realtime() / 1_000_000_000)"

@@ -584,20 +584,3 @@ public final class Relay: @unchecked Sendable {
 
   private var finishedSoon: Bool { stopping }
 }
-
-/// Whether a local commit rang since the relay's thread last looked.
-private final class LocalCommitFlag: @unchecked Sendable {
-  private let lock = NSLock()
-  private var raised = true
-
-  func raise() { lock.withLock { raised = true } }
-
-  /// Whether it was raised; lowers it.
-  func take() -> Bool {
-    lock.withLock {
-      defer { raised = false }
-      return raised
-    }
-  }
-}
-
