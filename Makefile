@@ -17,19 +17,21 @@ deps: ## Install libuv and SQLite headers with apt-get if they are missing
 
 # The relay (GroupSyncRelay, groupsync-relay) links libpq, and its tests
 # start a throw-away PostgreSQL server: Debian's packages, as root.
-deps-postgres: ## Install PostgreSQL and libpq-dev with apt-get if they are missing
-	@if [ ! -f /usr/include/postgresql/libpq-fe.h ] || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
-	  echo "installing postgresql libpq-dev"; \
-	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql libpq-dev; \
+# SwiftPM finds libpq's headers through pkg-config (libpq.pc).
+deps-postgres: ## Install PostgreSQL, libpq-dev and pkg-config with apt-get if they are missing
+	@if ! pkg-config --exists libpq 2>/dev/null || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  echo "installing postgresql libpq-dev pkgconf"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql libpq-dev pkgconf; \
 	fi
 
 # The terminal tests (query --live, status --watch) drive a real terminal
 # through tmux; the relay's network tests put hosts in network namespaces
-# with iproute2's `ip`. Without them those tests would be skipped.
-deps-test: deps-postgres ## Install tmux and iproute2 (and PostgreSQL) for the tests if missing
-	@if [ ! -x /usr/bin/tmux ] || [ ! -x /usr/sbin/ip ]; then \
-	  echo "installing tmux iproute2"; \
-	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y tmux iproute2; \
+# with iproute2's `ip`; the TLS test makes its certificate authority with
+# the openssl tool. Without them those tests would be skipped.
+deps-test: deps-postgres ## Install tmux, iproute2 and openssl (and PostgreSQL) for the tests if missing
+	@if [ ! -x /usr/bin/tmux ] || [ ! -x /usr/sbin/ip ] || [ ! -x /usr/bin/openssl ]; then \
+	  echo "installing tmux iproute2 openssl"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y tmux iproute2 openssl; \
 	fi
 
 build: deps deps-postgres ## Build the library, the groupsync tool and the relay
@@ -37,15 +39,21 @@ build: deps deps-postgres ## Build the library, the groupsync tool and the relay
 
 test: deps docs test-c test-swift test-asan test-tsan install-check ## Run every test: the docs (warnings are errors), C under ASan, Swift (plain, ASan, TSan), install
 
-# The DocC catalog (Sources/GroupSync/GroupSync.docc) and every symbol's
+# The DocC catalogs of every library product (GroupSync, GroupSyncServices,
+# GroupSyncRelay; Sources/TARGET/TARGET.docc) and every symbol's
 # documentation, built with swift-docc-plugin; a broken link or a wrong
-# parameter name is an error. Open .build/docs/GroupSync/index.html through
-# a web server, or `docc preview` the catalog.
+# parameter name is an error. Open .build/docs/TARGET/index.html through a
+# web server, or `docc preview` a catalog.
 DOCS = .build/docs
-docs: ## Build the DocC documentation into .build/docs/GroupSync (warnings are errors; a few seconds)
+DOC_TARGETS = GroupSync GroupSyncServices GroupSyncRelay
+docs: deps deps-postgres ## Build the DocC documentation of every product into .build/docs/TARGET (warnings are errors)
 	@mkdir -p $(DOCS)
-	$(SWIFT) package --allow-writing-to-directory $(DOCS) generate-documentation --target GroupSync \
-	  --warnings-as-errors --output-path $(DOCS)/GroupSync --transform-for-static-hosting --hosting-base-path GroupSync
+	@for target in $(DOC_TARGETS); do \
+	  echo "documentation: $$target"; \
+	  $(SWIFT) package --allow-writing-to-directory $(DOCS) generate-documentation --target $$target \
+	    --warnings-as-errors --output-path $(DOCS)/$$target --transform-for-static-hosting \
+	    --hosting-base-path $$target || exit 1; \
+	done
 
 # The relay's suite (servers, standbys, network namespaces, many processes)
 # runs after the others, not beside them: its load would stretch the
@@ -112,11 +120,13 @@ demo-hosts: deps deps-postgres ## Three hosts, a relay each, writers on each, th
 lib: deps ## Build libGroupSyncShared.so (release)
 	$(SWIFT) build -c release --product GroupSyncShared
 
-install: lib ## Install the shared library, its modules (GroupSync, GRDB, swift-log, swift-metrics) and the CLI under PREFIX
+# `groupsync relay` runs the groupsync-relay beside it: both are installed.
+install: lib deps-postgres ## Install the shared library, its modules (GroupSync, GRDB, swift-log, swift-metrics), the CLI and the relay under PREFIX
 	$(SWIFT) build -c release --product groupsync
+	$(SWIFT) build -c release --product groupsync-relay
 	install -d $(PREFIX)/lib $(PREFIX)/bin $(PREFIX)/include/CGroupSync $(PREFIX)/include/GRDBSQLite $(PREFIX)/lib/swift/linux
 	install -m 755 .build/release/libGroupSyncShared.so $(PREFIX)/lib/
-	install -m 755 .build/release/groupsync $(PREFIX)/bin/
+	install -m 755 .build/release/groupsync .build/release/groupsync-relay $(PREFIX)/bin/
 	# The library links GRDB, swift-log and swift-metrics in; their modules are needed to
 	# import GroupSync and to use GRDB's API on its store.
 	cp -R .build/release/Modules/GroupSync.swiftmodule .build/release/Modules/GRDB.swiftmodule \
@@ -129,7 +139,7 @@ install: lib ## Install the shared library, its modules (GroupSync, GRDB, swift-
 	  > $(PREFIX)/include/CGroupSync/module.modulemap
 
 CHECK = .build/install-check
-install-check: deps ## Install into .build/install-check, then build and run a program against it
+install-check: deps ## Install into .build/install-check, then build and run a program against it, and the installed relay
 	@rm -rf $(CHECK) && mkdir -p $(CHECK)
 	$(MAKE) --no-print-directory install PREFIX=$(CURDIR)/$(CHECK)/prefix
 	swiftc Tests/install/main.swift -I $(CHECK)/prefix/lib/swift/linux -I $(CHECK)/prefix/include \
@@ -137,6 +147,7 @@ install-check: deps ## Install into .build/install-check, then build and run a p
 	  -L $(CHECK)/prefix/lib -lGroupSyncShared -Xlinker -rpath -Xlinker $(CURDIR)/$(CHECK)/prefix/lib \
 	  -o $(CHECK)/client
 	$(CHECK)/client $(CHECK)/group
+	$(CHECK)/prefix/bin/groupsync relay --help | grep -q 'USAGE: groupsync-relay'
 
 clean: ## Remove build products (also the sanitizer and bench build folders)
 	rm -rf .build .build-asan .build-tsan .build-fuzz .build-bench

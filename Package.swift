@@ -48,8 +48,11 @@ let package = Package(
         .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
       ]
     ),
-    // libpq (Debian's libpq-dev), for the relay only.
-    .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ"),
+    // libpq, for the relay only: found through pkg-config (libpq.pc);
+    // SwiftPM names the package to install when it is missing.
+    .systemLibrary(
+      name: "CLibPQ", path: "Sources/CLibPQ", pkgConfig: "libpq",
+      providers: [.apt(["libpq-dev", "pkg-config"])]),
     .target(
       name: "GroupSyncRelay",
       dependencies: [

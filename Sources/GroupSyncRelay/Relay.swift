@@ -74,10 +74,14 @@ public final class Relay: @unchecked Sendable {
   /// trip before it is sent on its own.
   private static let bookkeepingDelay = Duration.milliseconds(200)
 
-  /// Makes a relay; ``start()`` starts it.
+  /// Makes a relay; ``start(in:)`` starts it.
   ///
-  /// - Parameter onEvent: called on the relay's thread for each event, as
-  ///   well as ``events`` receiving it.
+  /// - Parameters:
+  ///   - configuration: the folder, the server and the names; checked
+  ///     here (names, timeouts, references, the conninfo's syntax).
+  ///   - onEvent: called on the relay's thread for each event, as well as
+  ///     ``events`` receiving it.
+  /// - Throws: ``RelayError/invalidConfiguration(_:)`` naming what is wrong.
   public init(_ configuration: RelayConfiguration, onEvent: (@Sendable (RelayEvent) -> Void)? = nil) throws {
     guard RelayStatusFile.isValidHostName(configuration.host) else {
       throw RelayError.invalidConfiguration(
@@ -119,7 +123,7 @@ public final class Relay: @unchecked Sendable {
   }
 
   /// Opens the group folder and its stores (or uses `group`, the
-  /// process's own ``GroupFolder`` of the same folder), takes the host's
+  /// process's own `GroupFolder` of the same folder), takes the host's
   /// lock file, and starts the relay's thread. The relay then connects (and
   /// keeps trying while the server cannot be reached). Its local writes
   /// carry the author `groupsync-relay@HOST`, whatever the folder's store

@@ -1,13 +1,13 @@
 import GroupSync
 import ServiceLifecycle
 
-/// A listener merging into a ``Context`` on the main actor, as a
+/// A listener merging into a `Context` on the main actor, as a
 /// swift-service-lifecycle `Service`: the context's registered objects and
 /// results controllers follow what other processes commit for as long as
 /// it runs.
 ///
 /// The context stays the program's, on the main actor; the service merges
-/// each event there (``Context/merge(_:)-(ListenerEvent)``). On graceful
+/// each event there (`Context.merge(_:)`). On graceful
 /// shutdown the listener closes: its lock is released, its inbox emptied.
 /// For example:
 ///
@@ -45,7 +45,7 @@ public struct ContextMergeService: Service {
   /// Merges every event until graceful shutdown or cancellation.
   ///
   /// - Throws: what listening throws, and what a merge throws (GRDB's
-  ///   errors, ``GroupSyncError``).
+  ///   errors, `GroupSyncError`).
   public func run() async throws {
     try await listening.run()
   }

@@ -8,7 +8,7 @@ import ServiceLifecycle
 /// On graceful shutdown (SIGTERM through a `ServiceGroup`, say), the event
 /// being handled is finished, no other is started, and the listener
 /// closes: its lock is released and its inbox emptied. A durable listener
-/// keeps its place: with ``Acknowledgement/automatic``, the last change
+/// keeps its place: with `Acknowledgement.automatic`, the last change
 /// set handled is acknowledged first, so that it is not delivered again on
 /// the next start. For example:
 ///
@@ -42,7 +42,7 @@ public struct ListenerService: Service {
   ///   - name: the listener's name; nil for a unique name whose folder is
   ///     removed on close.
   ///   - durable: keep the listener's place while the service is not
-  ///     running (see ``GroupFolder/listen(as:durable:options:)``).
+  ///     running (see `GroupFolder.listen(as:durable:options:)`).
   ///   - options: the listener's options.
   ///   - handler: called for each event, in order, one at a time.
   public init(
@@ -58,8 +58,8 @@ public struct ListenerService: Service {
 
   /// Listens and handles events until graceful shutdown or cancellation.
   ///
-  /// - Throws: what ``GroupFolder/listen(as:durable:options:)`` throws
-  ///   (``GroupSyncError/listenerNameInUse(_:)`` among others), and what
+  /// - Throws: what `GroupFolder.listen(as:durable:options:)` throws
+  ///   (`GroupSyncError.listenerNameInUse(_:)` among others), and what
   ///   the handler throws.
   public func run() async throws {
     let listener = try group.listen(as: name, durable: durable, options: options)

@@ -2,7 +2,7 @@ import GRDB
 import GroupSync
 import ServiceLifecycle
 
-/// The GRDB relay (``GroupFolder/observeOtherProcesses(store:in:)``) as a
+/// The GRDB relay (`GroupFolder.observeOtherProcesses(store:in:)`) as a
 /// swift-service-lifecycle `Service`: while it runs, the `ValueObservation`s
 /// and `DatabaseRegionObservation`s of a database fire when other processes
 /// commit.
@@ -39,7 +39,7 @@ public struct ObservationRelayService: Service {
 
   /// Relays until graceful shutdown or cancellation.
   ///
-  /// - Throws: what ``GroupFolder/observeOtherProcesses(store:in:)`` throws.
+  /// - Throws: what `GroupFolder.observeOtherProcesses(store:in:)` throws.
   public func run() async throws {
     let relay = try group.observeOtherProcesses(store: store, in: writer)
     defer { relay.cancel() }
