@@ -219,6 +219,11 @@ struct MultiStoreTests {
       try await seed.write { db in try db.execute(sql: "DELETE FROM recipe") }
     }
     #expect(throws: GroupSyncError.readOnlyStore("seed")) { try seed.writeWithoutTransaction { _ in } }
+    var migrator = DatabaseMigrator()
+    migrator.registerMigration("v2") { db in try db.execute(sql: "ALTER TABLE recipe ADD COLUMN rating INTEGER") }
+    #expect(throws: GroupSyncError.readOnlyStore("seed"), "a migration is refused, not trapped on") {
+      try seed.migrate(migrator)
+    }
     #expect(throws: (any Error).self) { try seed.pool.write { try $0.execute(sql: "DELETE FROM recipe") } }
     #expect(try group.store(named: "seed", create: true) === seed, "create finds the read-only store")
 

@@ -23,8 +23,11 @@ extension Store {
   /// - Parameters:
   ///   - migrator: GRDB's migrator, with the migrations registered.
   ///   - target: the last migration to apply (all when nil).
+  /// - Throws: ``GroupSyncError/readOnlyStore(_:)`` for a read-only store
+  ///   (nothing is run), ``GroupSyncError/storeClosed(path:)``, and GRDB's
+  ///   errors from the migrations.
   public func migrate(_ migrator: DatabaseMigrator, upTo target: String? = nil) throws {
-    try checkOpen()
+    try checkWritable()
     try pool.writeWithoutTransaction { db in try recorder.startMigrating(db) }
     defer {
       try? pool.writeWithoutTransaction { db in try recorder.stopMigrating(db) }
