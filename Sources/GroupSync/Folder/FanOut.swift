@@ -58,13 +58,13 @@ final class FanOut: Sendable {
     self.inProcessInboxes = inProcessInboxes
   }
 
-  /// Delivers `changeSet` of store `store` (encoded as `bytes`, written
-  /// under `author`) and says
-  /// which live listeners did not get it; they fill the gap from the
-  /// store's history.
-  func deliver(_ changeSet: ChangeSet, encoded bytes: [UInt8], author: String?, store: String) -> [PublishFailure] {
+  /// Delivers `committed` of store `store` (its encoding as the file, its
+  /// author to in-process inboxes) and says which live listeners did not
+  /// get it; they fill the gap from the store's history.
+  func deliver(_ committed: CommittedChangeSet, store: String) -> [PublishFailure] {
+    let changeSet = committed.changeSet
     let local = inProcessInboxes(rootPath)
-    for inbox in local { inbox.receiveInProcess(changeSet, store: store, author: author) }
+    for inbox in local { inbox.receiveInProcess(changeSet, store: store, author: committed.author) }
     let localNames = local.isEmpty ? [] : Set(local.map(\.name))
     return folders.withLock { folders in
       var failures: [PublishFailure] = []
@@ -83,7 +83,7 @@ final class FanOut: Sendable {
           path: rootPath + "/tmp", reason: "it cannot be opened as a folder")) }
       }
       do {
-        try write(bytes, named: tmpName, in: tmp)
+        try write(committed.encoded, named: tmpName, in: tmp)
       } catch {
         tmp.remove(tmpName)
         Logger.groupSync.error("cannot publish change set \(changeSet.sequence): \(error)")

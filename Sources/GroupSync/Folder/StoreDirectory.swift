@@ -148,7 +148,7 @@ final class StoreDirectory: Sendable {
     try Store(
       name: name, path: path, configuration: configuration, options: options,
       durableFloor: { db in DurableCursor.lowestPlace(root: root, store: name, db).map { $0 + 1 } }
-    ) { fanOut.deliver($0.changeSet, encoded: $0.encoded, author: $0.author, store: name) }
+    ) { fanOut.deliver($0, store: name) }
   }
 
   // MARK: Read-only stores
