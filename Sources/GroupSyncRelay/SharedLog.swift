@@ -120,12 +120,19 @@ final class SharedLog {
   /// lock.
   func createTables() throws {
     try connection.transaction {
-      try connection.execute("SELECT pg_advisory_xact_lock(hashtext('groupsync-relay-schema'))")
+      try connection.execute(Self.schemaLock)
       for statement in Self.tables { try connection.execute(statement) }
     }
   }
 
-  private static let tables = [
+  /// Taken by whoever creates or changes the tables: a relay, or the
+  /// set-up an administrator runs (``AccessSetup``).
+  static let schemaLock = "SELECT pg_advisory_xact_lock(hashtext('groupsync-relay-schema'))"
+
+  /// The statements that create the tables and `gs_ship`, if missing (the
+  /// function replaced): the one source of them, for relays and for the
+  /// set-up an administrator runs.
+  static let tables = [
     """
     CREATE TABLE IF NOT EXISTS gs_clock (
       grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL DEFAULT 0,
