@@ -30,7 +30,9 @@ import GroupSync
 public struct AccessSetup: Sendable, Equatable {
   /// A login role and the host name it acts as in the group.
   public struct Member: Sendable, Equatable {
+    /// The login role the host's relay connects as (`user=` in its conninfo).
     public let role: String
+    /// The host name the role may act as (the relay's `--host`).
     public let host: String
 
     /// - Throws: ``RelayError/invalidConfiguration(_:)`` naming what is
@@ -61,7 +63,9 @@ public struct AccessSetup: Sendable, Equatable {
   /// role is granted it.
   public static let relayRole = "groupsync_relay"
 
+  /// The group's name in PostgreSQL, as its relays use it (`--group`).
   public let group: String
+  /// The group's hosts, each with its login role.
   public let members: [Member]
 
   /// - Throws: ``RelayError/invalidConfiguration(_:)`` when there is no
@@ -142,7 +146,8 @@ public struct AccessSetup: Sendable, Equatable {
       "-- never on a command line: the relay connects with user=ROLE in --postgres and libpq reads it.",
       "BEGIN;",
       "SET LOCAL client_min_messages = warning;",
-      SharedLog.schemaLock + ";",
+      // In a DO block: psql would print a SELECT's row.
+      "DO $do$ BEGIN PERFORM \(SharedLog.schemaLock); END $do$;",
     ]
     lines += SharedLog.tables.map { $0 + ";" }
     lines += [

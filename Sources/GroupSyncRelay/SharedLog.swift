@@ -120,14 +120,14 @@ final class SharedLog {
   /// lock.
   func createTables() throws {
     try connection.transaction {
-      try connection.execute(Self.schemaLock)
+      try connection.execute("SELECT " + Self.schemaLock)
       for statement in Self.tables { try connection.execute(statement) }
     }
   }
 
   /// Taken by whoever creates or changes the tables: a relay, or the
   /// set-up an administrator runs (``AccessSetup``).
-  static let schemaLock = "SELECT pg_advisory_xact_lock(hashtext('groupsync-relay-schema'))"
+  static let schemaLock = "pg_advisory_xact_lock(hashtext('groupsync-relay-schema'))"
 
   /// The statements that create the tables and `gs_ship`, if missing (the
   /// function replaced): the one source of them, for relays and for the
