@@ -87,8 +87,18 @@ struct RelayAccessTests {
       let access = try log.inspectAccess()
       #expect(access.isCurrent && access.missingPrivileges.isEmpty && !access.rowSecurityActive)
       // Each host role has what a relay needs, and no row-level bypass.
-      let web1 = try Self.log(server, as: "web-1").inspectAccess()
-      #expect(web1.isCurrent && web1.missingPrivileges.isEmpty && web1.rowSecurityActive, "\(web1)")
+      let web1 = try Self.log(server, as: "web-1")
+      let web1Access = try web1.inspectAccess()
+      #expect(web1Access.isCurrent && web1Access.missingPrivileges.isEmpty && web1Access.rowSecurityActive, "\(web1Access)")
+      // An older gs_ship: a host role may not replace it and says so; an
+      // owner's relay does (no membership needed: it bypasses the policies).
+      _ = try server.query(SharedLog.shipFunction.replacingOccurrences(of: "One primary-key", with: "An older"))
+      #expect(throws: RelayError.sharedTablesUnavailable(role: "web-1", problem: "gs_ship missing or another version")) {
+        try web1.prepareAccess(group: "shop", host: "web-1")
+      }
+      try log.prepareAccess(group: "shop", host: "no-member")
+      #expect(try log.inspectAccess().isCurrent)
+      try web1.prepareAccess(group: "shop", host: "web-1")
     }
   }
 
