@@ -27,6 +27,10 @@ import Foundation
 /// - `gs_conflict`: every conflict settled, with both images.
 /// - `gs_ship(…)`: a shipment as one statement (see
 ///   ``ship(_:_:settled:)``), so that shipping costs one round trip.
+/// - `gs_member(role, grp, host)`: made only by the set-up an
+///   administrator runs (``AccessSetup``): which login role may act as
+///   which host, enforced by row-level security (see
+///   ``prepareAccess(group:host:)``).
 ///
 /// Used on the relay's thread only, as its connection is.
 final class SharedLog {

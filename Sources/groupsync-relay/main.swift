@@ -21,6 +21,9 @@ struct RelayCommand: ParsableCommand {
       valueName: "folder-or-roles"))
   var arguments: [String] = []
 
+  /// The group folder (`validate()` requires exactly one unless printing the set-up).
+  private var directory: String { arguments.first ?? "" }
+
   @Flag(
     name: .customLong("print-setup"),
     help: "Print the SQL an administrator runs once (psql -v ON_ERROR_STOP=1) to make the tables, a login role per host and row-level security for --group, and exit.")
@@ -28,9 +31,6 @@ struct RelayCommand: ParsableCommand {
 
   @Option(name: .long, help: "libpq connection string of the shared database.")
   var postgres: String?
-
-  /// The group folder (validated: exactly one when not printing the set-up).
-  private var directory: String { arguments.first ?? "" }
 
   @Option(name: .customLong("store"), help: "A store to replicate (repeatable; default: main).")
   var stores: [String] = []
