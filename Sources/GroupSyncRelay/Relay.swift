@@ -47,6 +47,7 @@ public final class Relay: @unchecked Sendable {
   private var finished = false
   private let finishedCondition = NSCondition()
   private var current: RelayStatus
+  private var failed: RelayError?
 
   // The relay thread's own.
   private var group: GroupFolder?
@@ -228,6 +229,12 @@ public final class Relay: @unchecked Sendable {
   /// The relay's state as of its last pass.
   public func status() -> RelayStatus { lock.withLock { current } }
 
+  /// Why the relay gave up on its own (nil while it runs, or when it was
+  /// stopped): an error only an administrator can cure, such as
+  /// ``RelayError/missingPrivileges(role:missing:)``; ``RelayEvent/failed(reason:)``
+  /// told it.
+  public var failure: RelayError? { lock.withLock { failed } }
+
   // MARK: The relay's thread
 
   private var isStopping: Bool { lock.withLock { stopping } }
@@ -246,6 +253,10 @@ public final class Relay: @unchecked Sendable {
         } catch {
           log = nil
           if isStopping { break }
+          if let error = error as? RelayError, error.needsAdministrator {
+            giveUp(error)
+            break
+          }
           let text = "\(error)"
           if text != lastError {
             logger.warning("not connected to PostgreSQL: \(text)")
@@ -309,6 +320,19 @@ public final class Relay: @unchecked Sendable {
     shutDown()
   }
 
+  /// Ends the relay's thread on an error only an administrator can cure
+  /// (retrying would only repeat it), and says so.
+  private func giveUp(_ error: RelayError) {
+    let text = "\(error)"
+    logger.critical("giving up: \(text)")
+    lock.withLock {
+      failed = error
+      stopping = true
+    }
+    setError(text)
+    emit(.failed(reason: text))
+  }
+
   /// Errors an entry meets on this host's store: the connection is sound,
   /// and the other stores go on.
   private static func isLocal(_ error: any Error) -> Bool {
@@ -324,7 +348,7 @@ public final class Relay: @unchecked Sendable {
         conninfo: configuration.conninfo, timeouts: configuration.timeouts,
         applicationName: "groupsync-relay \(configuration.host)", stop: stopSignal))
     try log.configureSession(timeouts: configuration.timeouts)
-    try log.createTables()
+    try log.prepareAccess(group: configuration.group, host: configuration.host)
     try log.lockHost(group: configuration.group, host: configuration.host)
     try log.listen()
     self.log = log

@@ -30,6 +30,25 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
   case timedOut(call: String, seconds: Double)
   /// The relay is stopping: the call was abandoned.
   case stopped
+  /// The shared tables or `gs_ship` are missing or out of date (`problem`
+  /// says which), and `role` may not create them: an administrator runs
+  /// the set-up (``AccessSetup``, `groupsync relay --print-setup`).
+  case sharedTablesUnavailable(role: String, problem: String)
+  /// `role` lacks privileges the relay needs, each named as
+  /// `"INSERT on gs_change(…)"` or `"EXECUTE on gs_ship"`.
+  case missingPrivileges(role: String, missing: [String])
+  /// Under row-level security, `role` is not allowed to act as `host` in
+  /// `group`: `gs_member` has no such row.
+  case notAMember(role: String, host: String, group: String)
+
+  /// Whether only an administrator can cure this (a table, a grant, a
+  /// membership): the relay gives up instead of retrying.
+  var needsAdministrator: Bool {
+    switch self {
+    case .sharedTablesUnavailable, .missingPrivileges, .notAMember: true
+    default: false
+    }
+  }
 
   /// Whether the connection stays usable after this error: the server
   /// refused one statement (a lock or statement timeout, a serialization
@@ -71,6 +90,16 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
       return "\(call): no answer from PostgreSQL in \(String(format: "%.0f", seconds)) s; the link is taken for dead"
     case .stopped:
       return "the relay is stopping"
+    case .sharedTablesUnavailable(let role, let problem):
+      return "the shared tables are missing or out of date (\(problem)) and role '\(role)' may not create them: "
+        + "have an administrator run the output of `groupsync relay --print-setup` (psql -v ON_ERROR_STOP=1)"
+    case .missingPrivileges(let role, let missing):
+      return "role '\(role)' lacks privileges the relay needs: \(missing.joined(separator: ", ")); "
+        + "have an administrator run the output of `groupsync relay --print-setup` (psql -v ON_ERROR_STOP=1)"
+    case .notAMember(let role, let host, let group):
+      return "role '\(role)' may not act as host '\(host)' in group '\(group)' (no row in gs_member): "
+        + "have an administrator run `groupsync relay --print-setup --group \(group) \(role):\(host)`"
+        + " (psql -v ON_ERROR_STOP=1)"
     }
   }
 }

@@ -29,4 +29,9 @@ public enum RelayEvent: Sendable, Equatable, Codable {
   case identities(store: String, localKeys: [String], references: [String], suspects: [String])
   /// Something failed; the relay goes on (retrying what failed).
   case error(String)
+  /// The relay gave up and its thread ended: only an administrator can
+  /// cure `reason` (a missing table, grant or membership; see
+  /// ``RelayError/sharedTablesUnavailable(role:problem:)``). The last
+  /// event; ``Relay/failure`` holds the error.
+  case failed(reason: String)
 }

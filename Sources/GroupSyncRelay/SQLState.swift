@@ -33,6 +33,9 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, ExpressibleByStrin
   /// `deadlock_detected`: the server rolled back one of two transactions
   /// that waited for each other.
   public static let deadlockDetected: SQLState = "40P01"
+  /// `insufficient_privilege`: the role lacks a privilege, or a row
+  /// breaks a row-level security policy.
+  public static let insufficientPrivilege: SQLState = "42501"
   /// `undefined_table`: a table the statement names does not exist.
   public static let undefinedTable: SQLState = "42P01"
   /// `lock_not_available`: a lock was not granted within `lock_timeout`.

@@ -10,6 +10,10 @@ extension SharedLog {
   /// BODY                              whole payload fits in 8,000 bytes)
   /// ```
   ///
+  /// Under row-level security (``AccessSetup``) the payload is the first
+  /// line only: any session may LISTEN, and the entry is for the group's
+  /// members alone.
+  ///
   /// With the entry in it, a relay applies the entry without reading it
   /// back; without, it reads the log from its place. Either way the log
   /// is the truth: notifications come in commit order, which is the log's

@@ -97,8 +97,8 @@ extension SharedLog {
   /// seq`: the row lock orders shippers, so positions are gapless and in
   /// commit order), records the winners, appends the entry and its
   /// conflicts, moves the shipped place, purges what retention lets go
-  /// and notifies (the entry itself in the payload when it fits, see
-  /// ``Hint``).
+  /// and notifies (the entry itself in the payload when it fits and the
+  /// log is not under row-level security, see ``Hint``).
   ///
   /// Not `settled`: one statement on its own, so one round trip and its
   /// own transaction; the deferred bookkeeping rides along. `settled`:
@@ -137,6 +137,15 @@ extension SharedLog {
       throw RelayError.invalidEntry(store: replica.store, sequence: 0, reason: "gs_clock has no row for the store")
     }
   }
+
+  /// `gs_ship`'s argument types, as `GRANT` and `to_regprocedure` name it.
+  static let shipSignature =
+    "gs_ship(text, text, text, bigint, text, bigint, text[], text[], bigint[], text[], text[], "
+    + "text[], text[], text[], text[], text[], text[], boolean)"
+
+  /// `gs_ship`'s body as the server keeps it (`pg_proc.prosrc`): a
+  /// relay that finds another one there replaces it, or says it may not.
+  static let shipSource = shipFunction.components(separatedBy: "$fn$")[1]
 
   /// `gs_ship`, created with the tables (see ``ship(_:_:settled:)``). Its
   /// row locks are taken in (table, global ID) order, as
@@ -200,7 +209,10 @@ extension SharedLog {
         DELETE FROM gs_change c WHERE c.grp = p_grp AND c.store = p_store AND c.seq <= v_purged;
       END IF;
       v_hint := p_grp || '/' || p_store || ':' || v_seq;
-      IF octet_length(v_hint) + octet_length(p_host) + octet_length(p_body) + 24 < \(Hint.payloadLimit) THEN
+      -- Any session may LISTEN: under row-level security the payload
+      -- carries no entry, which only members of the group may read.
+      IF octet_length(v_hint) + octet_length(p_host) + octet_length(p_body) + 24 < \(Hint.payloadLimit)
+        AND NOT (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'gs_change'::regclass) THEN
         v_hint := v_hint || E'\\n' || p_host || ' ' || p_through || E'\\n' || p_body;
       END IF;
       PERFORM pg_notify('\(channel)', v_hint);

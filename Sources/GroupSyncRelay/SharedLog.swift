@@ -27,6 +27,10 @@ import Foundation
 /// - `gs_conflict`: every conflict settled, with both images.
 /// - `gs_ship(…)`: a shipment as one statement (see
 ///   ``ship(_:_:settled:)``), so that shipping costs one round trip.
+/// - `gs_member(role, grp, host)`: made only by the set-up an
+///   administrator runs (``AccessSetup``): which login role may act as
+///   which host, enforced by row-level security (see
+///   ``prepareAccess(group:host:)``).
 ///
 /// Used on the relay's thread only, as its connection is.
 final class SharedLog {
@@ -120,12 +124,19 @@ final class SharedLog {
   /// lock.
   func createTables() throws {
     try connection.transaction {
-      try connection.execute("SELECT pg_advisory_xact_lock(hashtext('groupsync-relay-schema'))")
+      try connection.execute("SELECT " + Self.schemaLock)
       for statement in Self.tables { try connection.execute(statement) }
     }
   }
 
-  private static let tables = [
+  /// Taken by whoever creates or changes the tables: a relay, or the
+  /// set-up an administrator runs (``AccessSetup``).
+  static let schemaLock = "pg_advisory_xact_lock(hashtext('groupsync-relay-schema'))"
+
+  /// The statements that create the tables and `gs_ship`, if missing (the
+  /// function replaced): the one source of them, for relays and for the
+  /// set-up an administrator runs.
+  static let tables = [
     """
     CREATE TABLE IF NOT EXISTS gs_clock (
       grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL DEFAULT 0,

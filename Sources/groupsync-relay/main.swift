@@ -15,11 +15,22 @@ struct RelayCommand: ParsableCommand {
     commandName: "groupsync-relay",
     abstract: "Connect a group folder to the other hosts of its group through PostgreSQL.")
 
-  @Argument(help: "The group folder.")
-  var directory: String
+  @Argument(
+    help: ArgumentHelp(
+      "The group folder; with --print-setup, the host roles: ROLE or ROLE:HOST (the host name defaults to the role's).",
+      valueName: "folder-or-roles"))
+  var arguments: [String] = []
+
+  /// The group folder (`validate()` requires exactly one unless printing the set-up).
+  private var directory: String { arguments.first ?? "" }
+
+  @Flag(
+    name: .customLong("print-setup"),
+    help: "Print the SQL an administrator runs once (psql -v ON_ERROR_STOP=1) to make the tables, a login role per host and row-level security for --group, and exit.")
+  var printSetup = false
 
   @Option(name: .long, help: "libpq connection string of the shared database.")
-  var postgres: String
+  var postgres: String?
 
   @Option(name: .customLong("store"), help: "A store to replicate (repeatable; default: main).")
   var stores: [String] = []
@@ -49,11 +60,37 @@ struct RelayCommand: ParsableCommand {
       valueName: "relation"))
   var references: [String] = []
 
+  func validate() throws {
+    if printSetup {
+      guard group != nil else {
+        throw ValidationError("--print-setup needs --group NAME (the group's name in PostgreSQL, as its relays use it)")
+      }
+      guard !arguments.isEmpty else { throw ValidationError("--print-setup needs at least one ROLE or ROLE:HOST") }
+      guard postgres == nil else {
+        throw ValidationError("--print-setup prints SQL for psql and connects nowhere: drop --postgres")
+      }
+    } else {
+      guard arguments.count == 1 else {
+        throw ValidationError(arguments.isEmpty ? "missing the group folder" : "one group folder only (roles go with --print-setup)")
+      }
+      guard postgres != nil else { throw ValidationError("missing --postgres CONNINFO") }
+    }
+  }
+
   func run() throws {
+    if printSetup {
+      do {
+        let setup = try AccessSetup(group: group ?? "", members: arguments.map(AccessSetup.Member.init(parsing:)))
+        print(setup.script, terminator: "")
+        return
+      } catch {
+        throw ValidationError("--print-setup: \(error)")
+      }
+    }
     guard let policy = ConflictPolicy(rawValue: policy) else {
       throw ValidationError("--policy: one of \(ConflictPolicy.allCases.map(\.rawValue).joined(separator: ", "))")
     }
-    var configuration = RelayConfiguration(folder: directory, conninfo: postgres, group: group, host: host)
+    var configuration = RelayConfiguration(folder: directory, conninfo: postgres ?? "", group: group, host: host)
     if !stores.isEmpty { configuration.stores = stores }
     configuration.policy = policy
     configuration.retention = retention
@@ -69,10 +106,13 @@ struct RelayCommand: ParsableCommand {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
     let relay: Relay
+    // A relay that gives up wakes the sigwait below, as a signal would.
+    let mainThread = pthread_self()
     do {
       relay = try Relay(configuration) { event in
         guard let data = try? encoder.encode(event) else { return }
         FileHandle.standardOutput.write(data + Data("\n".utf8))
+        if case .failed = event { pthread_kill(mainThread, SIGTERM) }
       }
       // Signals are taken by a thread of their own (sigwait), so stop()
       // runs in an ordinary context.
@@ -87,6 +127,7 @@ struct RelayCommand: ParsableCommand {
       var received: Int32 = 0
       sigwait(&signals, &received)
       relay.stop()
+      if let failure = relay.failure { throw failure }
     } catch {
       FileHandle.standardError.write(Data("groupsync-relay: \(error)\n".utf8))
       throw ExitCode.failure
