@@ -18,8 +18,18 @@ struct RelayCommand: ParsableCommand {
   @Argument(help: "The group folder.")
   var directory: String
 
-  @Option(name: .long, help: "libpq connection string of the shared database.")
-  var postgres: String
+  @Option(
+    name: .long,
+    help: ArgumentHelp(
+      "libpq connection string of the shared database, without a password (default: libpq's PG* environment).",
+      valueName: "conninfo"))
+  var postgres: String?
+
+  @Option(
+    name: .customLong("postgres-file"),
+    help: ArgumentHelp(
+      "A file holding the connection string (it may hold the password); mode 0600 or less.", valueName: "file"))
+  var postgresFile: String?
 
   @Option(name: .customLong("store"), help: "A store to replicate (repeatable; default: main).")
   var stores: [String] = []
@@ -53,7 +63,7 @@ struct RelayCommand: ParsableCommand {
     guard let policy = ConflictPolicy(rawValue: policy) else {
       throw ValidationError("--policy: one of \(ConflictPolicy.allCases.map(\.rawValue).joined(separator: ", "))")
     }
-    var configuration = RelayConfiguration(folder: directory, conninfo: postgres, group: group, host: host)
+    var configuration = RelayConfiguration(folder: directory, conninfo: try conninfo(), group: group, host: host)
     if !stores.isEmpty { configuration.stores = stores }
     configuration.policy = policy
     configuration.retention = retention
@@ -90,6 +100,39 @@ struct RelayCommand: ParsableCommand {
     } catch {
       FileHandle.standardError.write(Data("groupsync-relay: \(error)\n".utf8))
       throw ExitCode.failure
+    }
+  }
+
+  /// The connection string: `--postgres`, which must not hold a password
+  /// (every user of the machine sees a command line), or `--postgres-file`,
+  /// or neither (libpq's environment and files then say everything).
+  private func conninfo() throws -> String {
+    switch (postgres, postgresFile) {
+    case (.some, .some):
+      throw ValidationError("--postgres and --postgres-file: give one or the other")
+    case (let conninfo?, nil):
+      let holdsPassword: Bool
+      do {
+        holdsPassword = try ConnectionString.holdsPassword(conninfo)
+      } catch {
+        throw ValidationError("--postgres: \(error)")
+      }
+      if holdsPassword {
+        throw ValidationError(
+          "--postgres holds a password, which every user of this machine can read on the command line (ps): "
+            + "put it in ~/.pgpass or the file PGPASSFILE names (host:port:database:user:password, mode 0600), "
+            + "or the whole connection string in a file given as --postgres-file FILE (mode 0600)")
+      }
+      return conninfo
+    case (nil, let path?):
+      do {
+        return try ConnectionString.read(fromFile: path)
+      } catch {
+        FileHandle.standardError.write(Data("groupsync-relay: \(error)\n".utf8))
+        throw ExitCode.failure
+      }
+    case (nil, nil):
+      return ""
     }
   }
 }

@@ -1,0 +1,161 @@
+import CLibPQ
+import Foundation
+import GroupSync
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The libpq connection string of a relay: read from a file only its owner
+/// can read, checked for a password, and rendered without one.
+///
+/// A password belongs in libpq's password file (`~/.pgpass`, or the file
+/// `PGPASSFILE` names) or in a connection file (``read(fromFile:)``), never
+/// on a command line, where `ps` shows it to every user of the machine.
+/// For example:
+///
+/// ```swift
+/// let conninfo = try ConnectionString.read(fromFile: "/etc/groupsync/relay.conninfo")
+/// var configuration = RelayConfiguration(folder: "/srv/app/group", conninfo: conninfo)
+/// ```
+public enum ConnectionString {
+  /// The longest connection file read: a connection string is a line or
+  /// two, so anything larger is not one.
+  static let maximumFileSize = 64 * 1024
+
+  /// Reads the connection string (`key=value` pairs or a URI) from the
+  /// file at `path`: surrounding whitespace trimmed, lines starting with
+  /// `#` skipped, the other lines joined by spaces.
+  ///
+  /// The file is refused, before anything connects, unless it is a regular
+  /// file (a symbolic link to one is followed) whose mode gives no
+  /// permission to its group or to others (0600 or less), as libpq
+  /// requires of a password file.
+  ///
+  /// - Throws: ``RelayError/invalidConfiguration(_:)`` naming the file and
+  ///   what to do: when it is missing or unreadable, not a regular file,
+  ///   open to its group or others, too large, not UTF-8, or empty.
+  public static func read(fromFile path: String) throws -> String {
+    // O_NONBLOCK: a FIFO put in the file's place must not hang the open.
+    let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
+    guard fd >= 0 else {
+      let reason = String(cString: strerror(errno))
+      throw RelayError.invalidConfiguration(
+        "connection file \(path): cannot open it (\(reason)); give a file the relay's user can read")
+    }
+    let file = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+    // The checks are made on the open file, so the file read is the one
+    // checked.
+    var info = stat()
+    guard fstat(fd, &info) == 0 else {
+      throw RelayError.system(SystemCallError(call: "fstat", path: path, errno: errno))
+    }
+    guard info.st_mode & S_IFMT == S_IFREG else {
+      throw RelayError.invalidConfiguration("connection file \(path): not a regular file; give a file")
+    }
+    let permissions = info.st_mode & 0o777
+    guard permissions & 0o077 == 0 else {
+      throw RelayError.invalidConfiguration(
+        "connection file \(path) has permissions \(String(permissions, radix: 8)), which let its group or others "
+          + "read or change it: it may hold a password; make it the owner's alone (chmod 600 \(path))")
+    }
+    guard info.st_size <= maximumFileSize else {
+      throw RelayError.invalidConfiguration(
+        "connection file \(path): \(info.st_size) bytes; a connection string takes at most \(maximumFileSize)")
+    }
+    let data: Data
+    do {
+      data = try file.read(upToCount: maximumFileSize + 1) ?? Data()
+    } catch {
+      throw RelayError.invalidConfiguration("connection file \(path): cannot read it (\(error))")
+    }
+    guard let text = String(data: data, encoding: .utf8) else {
+      throw RelayError.invalidConfiguration("connection file \(path): not UTF-8 text")
+    }
+    let conninfo = text.split(whereSeparator: \.isNewline)
+      .map { $0.trimmingCharacters(in: .whitespaces) }
+      .filter { !$0.isEmpty && !$0.hasPrefix("#") }
+      .joined(separator: " ")
+    guard !conninfo.isEmpty else {
+      throw RelayError.invalidConfiguration(
+        "connection file \(path) holds no connection string; write one (host=... dbname=...) in it")
+    }
+    return conninfo
+  }
+
+  /// Whether `conninfo` carries a password (the `password` keyword, or a
+  /// URI's `user:password@` or `?password=`), as libpq parses it.
+  ///
+  /// - Throws: ``RelayError/invalidConfiguration(_:)`` when libpq cannot
+  ///   parse it (see ``redacted(_:)`` for what its reason may repeat).
+  public static func holdsPassword(_ conninfo: String) throws -> Bool {
+    try parse(conninfo).contains { $0.keyword == "password" && !$0.value.isEmpty }
+  }
+
+  /// `conninfo` as `key=value` pairs, as libpq parses it, with the
+  /// password (if any) replaced by `***`: safe to print. A string libpq
+  /// cannot parse is rendered as `(unparsable)`.
+  ///
+  /// For example, `postgresql://app:secret@db/app` is rendered as
+  /// `user='app' password='***' host='db' dbname='app'`.
+  public static func redacted(_ conninfo: String) -> String {
+    guard let options = try? parse(conninfo) else { return "(unparsable)" }
+    return options.map { option in
+      let value = option.keyword == "password" ? "***" : option.value
+      let escaped = value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "\\'")
+      return "\(option.keyword)='\(escaped)'"
+    }.joined(separator: " ")
+  }
+
+  /// The options `conninfo` sets, in libpq's order (no defaults added).
+  ///
+  /// - Throws: ``RelayError/invalidConfiguration(_:)`` with libpq's reason,
+  ///   its quoted parts elided when the string may hold a password.
+  static func parse(_ conninfo: String) throws -> [(keyword: String, value: String)] {
+    var message: UnsafeMutablePointer<CChar>?
+    guard let options = PQconninfoParse(conninfo, &message) else {
+      let text = message.map { String(cString: $0) } ?? "out of memory"
+      if let message { PQfreemem(message) }
+      throw RelayError.invalidConfiguration(
+        "the PostgreSQL connection string: "
+          + parseFailure(text.trimmingCharacters(in: .whitespacesAndNewlines), in: conninfo))
+    }
+    defer { PQconninfoFree(options) }
+    var given: [(String, String)] = []
+    var index = 0
+    while let keyword = options[index].keyword {
+      if let value = options[index].val { given.append((String(cString: keyword), String(cString: value))) }
+      index += 1
+    }
+    return given
+  }
+
+  /// libpq's reason for refusing `conninfo`, safe to print. libpq quotes
+  /// the part it stumbled on, up to the whole URI (`user:password@`
+  /// included); when the string may hold a password, what it quotes is
+  /// elided. That guess is made on the text, as libpq could not parse it,
+  /// and errs on the safe side: a `password` anywhere, a URI's user
+  /// information with a `:`, or a percent-encoded character.
+  static func parseFailure(_ message: String, in conninfo: String) -> String {
+    guard mayHoldPassword(conninfo) else { return message }
+    var result = ""
+    var quoted = false
+    for character in message {
+      if character == "\"" {
+        result.append(quoted ? "…\"" : "\"")
+        quoted.toggle()
+      } else if !quoted {
+        result.append(character)
+      }
+    }
+    return result + " (the quoted text is elided: it may hold a password)"
+  }
+
+  private static func mayHoldPassword(_ conninfo: String) -> Bool {
+    if conninfo.lowercased().contains("password") || conninfo.contains("%") { return true }
+    guard let scheme = conninfo.range(of: "://") else { return false }
+    let rest = conninfo[scheme.upperBound...]
+    let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+    guard let at = authority.lastIndex(of: "@") else { return false }
+    return authority[..<at].contains(":")
+  }
+}
