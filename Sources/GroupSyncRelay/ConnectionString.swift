@@ -96,7 +96,7 @@ public enum ConnectionString {
   /// cannot parse is rendered as `(unparsable)`.
   ///
   /// For example, `postgresql://app:secret@db/app` is rendered as
-  /// `user='app' password='***' host='db' dbname='app'`.
+  /// `user='app' password='***' dbname='app' host='db'` (libpq's order).
   public static func redacted(_ conninfo: String) -> String {
     guard let options = try? parse(conninfo) else { return "(unparsable)" }
     return options.map { option in

@@ -188,8 +188,8 @@ struct RelayCredentialsTests {
   @Test func redactedConnectionString() throws {
     #expect(
       ConnectionString.redacted("postgresql://app:s3cret@db:5433/app?sslmode=verify-full")
-        == "user='app' password='***' host='db' port='5433' dbname='app' sslmode='verify-full'")
-    #expect(ConnectionString.redacted("host=db password='it''s' user=o\\'k") == "user='o\\'k' password='***' host='db'")
+        == "user='app' password='***' dbname='app' host='db' port='5433' sslmode='verify-full'")
+    #expect(ConnectionString.redacted("host=db password='it\\'s' user=o\\'k") == "user='o\\'k' password='***' host='db'")
     #expect(ConnectionString.redacted("host=db password") == "(unparsable)")
     #expect(try ConnectionString.holdsPassword("host=db password=x"))
     #expect(try !ConnectionString.holdsPassword("host=db passfile=/run/pgpass"))
@@ -203,14 +203,14 @@ struct RelayCredentialsTests {
   static let unreachable = "host=/nonexistent-gs-socket port=1 user=app dbname=app connect_timeout=2"
 
   /// Runs the relay with `arguments` (through `groupsync relay` when
-  /// `viaGroupsync`) until it exits; one that does not within 15 s is
+  /// `viaGroupsync`) until it exits; one that does not within 10 s is
   /// stopped and its result says it timed out.
   private func relay(_ arguments: [String], viaGroupsync: Bool = false) async throws -> ChildProcess.Result {
     try await Executables.onThread {
       let child = try viaGroupsync
         ? ChildProcess(executable: Executables.groupsync, arguments: ["relay"] + arguments)
         : ChildProcess(executable: Executables.relay, arguments: arguments)
-      return child.finish(timeout: 15)
+      return child.finish(timeout: 10)
     }
   }
 }
