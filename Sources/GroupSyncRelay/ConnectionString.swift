@@ -50,13 +50,14 @@ public enum ConnectionString {
       throw RelayError.system(SystemCallError(call: "fstat", path: path, errno: errno))
     }
     guard info.st_mode & S_IFMT == S_IFREG else {
-      throw RelayError.invalidConfiguration("connection file \(path): not a regular file; give a file")
+      throw RelayError.invalidConfiguration(
+        "connection file \(path): not a regular file (\(kind(info.st_mode))); give a file holding the connection string")
     }
     let permissions = info.st_mode & 0o777
     guard permissions & 0o077 == 0 else {
       throw RelayError.invalidConfiguration(
-        "connection file \(path) has permissions \(String(permissions, radix: 8)), which let its group or others "
-          + "read or change it: it may hold a password; make it the owner's alone (chmod 600 \(path))")
+        "connection file \(path) has mode \(String(format: "0%03o", permissions)), which lets its group or others "
+          + "read or change it, and it may hold a password: make it the owner's alone (chmod 600 \(path))")
     }
     guard info.st_size <= maximumFileSize else {
       throw RelayError.invalidConfiguration(
@@ -148,6 +149,16 @@ public enum ConnectionString {
       }
     }
     return result + " (the quoted text is elided: it may hold a password)"
+  }
+
+  private static func kind(_ mode: mode_t) -> String {
+    switch mode & S_IFMT {
+    case S_IFDIR: "a directory"
+    case S_IFIFO: "a FIFO"
+    case S_IFSOCK: "a socket"
+    case S_IFCHR, S_IFBLK: "a device"
+    default: "not a file"
+    }
   }
 
   private static func mayHoldPassword(_ conninfo: String) -> Bool {
