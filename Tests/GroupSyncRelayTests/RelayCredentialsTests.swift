@@ -76,6 +76,8 @@ struct RelayCredentialsTests {
             && host.relayStatus()?.lastError?.contains("password authentication failed") == true
         }
         #expect(!host.eventLines.contains { $0.contains("\"connected\"") })
+        let status = try await Executables.groupsync(["status", host.folder])
+        #expect(status.contains("last error: ") && status.contains("password authentication failed"), "\(status)")
       }
       try await expectNowhere(wrong, hosts: [a, b])
       try await a.stopRelay()
@@ -237,10 +239,11 @@ func expectNowhere(_ secret: String, hosts: [GroupHost]) async throws {
       let text = try String(contentsOfFile: relays + "/" + name, encoding: .utf8)
       #expect(!text.contains(secret), "status file \(relays)/\(name)")
     }
-    for arguments in [["status", host.folder], ["status", host.folder, "--json"]] {
-      let output = try await Executables.groupsync(arguments)
-      #expect(output.contains(host.name), "groupsync \(arguments.joined(separator: " ")) names no relay")
-      #expect(!output.contains(secret), "groupsync \(arguments.joined(separator: " "))")
-    }
+    let text = try await Executables.groupsync(["status", host.folder])
+    #expect(text.contains("relay     \(host.name) (group app)"), "groupsync status shows no relay: \(text)")
+    #expect(!text.contains(secret), "groupsync status: \(text)")
+    let json = try await Executables.groupsync(["status", host.folder, "--json"])
+    #expect(json.contains("\"relays\""), "groupsync status --json shows no relay: \(json)")
+    #expect(!json.contains(secret), "groupsync status --json: \(json)")
   }
 }

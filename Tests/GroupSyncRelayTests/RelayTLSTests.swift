@@ -11,8 +11,10 @@ import Glibc
 /// signed; the server refuses connections without TLS.
 @Suite(.serialized)
 struct RelayTLSTests {
-  /// Two relays verify the server against the test's authority: a row
-  /// crosses, and the server says both sessions are encrypted.
+  /// Two relays verify the server against the test's authority, one told
+  /// so by its connection string, the other by libpq's environment alone
+  /// (PGSSLMODE, PGSSLROOTCERT...): a row crosses, and the server says
+  /// both sessions are encrypted.
   @Test func verifiedConnectionReplicates() async throws {
     let password = "Sesame-\(UUID().uuidString.prefix(8))"
     let root = try HostsFolder()
@@ -24,9 +26,13 @@ struct RelayTLSTests {
       let conninfo =
         "host=localhost port=\(server.port) user=postgres dbname=postgres sslmode=verify-full sslrootcert=\(authority.certificate)"
       let a = try await GroupHost("a", root: root.path, conninfo: conninfo)
-      let b = try await GroupHost("b", root: root.path, conninfo: conninfo)
+      let b = try await GroupHost("b", root: root.path, conninfo: "")
+      b.postgresArguments = []
       try await a.startRelay(environment: ["PGPASSFILE": passwordFile])
-      try await b.startRelay(environment: ["PGPASSFILE": passwordFile])
+      try await b.startRelay(environment: [
+        "PGHOST": "localhost", "PGPORT": String(server.port), "PGUSER": "postgres", "PGDATABASE": "postgres",
+        "PGSSLMODE": "verify-full", "PGSSLROOTCERT": authority.certificate, "PGPASSFILE": passwordFile,
+      ])
       try await a.exec(["INSERT INTO note(title, body) VALUES ('sealed', 'over TLS')"])
       try await waitForConvergence([a, b], server: server)
       #expect(try b.rows("SELECT title, body FROM note") == ["sealed|over TLS"])
