@@ -132,23 +132,50 @@ public enum ConnectionString {
 
   /// libpq's reason for refusing `conninfo`, safe to print. libpq quotes
   /// the part it stumbled on, up to the whole URI (`user:password@`
-  /// included); when the string may hold a password, what it quotes is
-  /// elided. That guess is made on the text, as libpq could not parse it,
-  /// and errs on the safe side: a `password` anywhere, a URI's user
-  /// information with a `:`, or a percent-encoded character.
+  /// included), so a quoted part that overlaps what may be a password is
+  /// elided. libpq could not parse the string, so that is judged on its
+  /// text, erring on the safe side: everything from a `password` on, a
+  /// URI's user information after its `:`, and a URI with a
+  /// percent-encoded character (which may spell `password`) whole.
   static func parseFailure(_ message: String, in conninfo: String) -> String {
-    guard mayHoldPassword(conninfo) else { return message }
+    let secrets = possibleSecrets(in: conninfo)
+    guard !secrets.isEmpty else { return message }
+    let note = " (quoted text elided: it may hold a password)"
+    // A quote inside the secret would pair libpq's quotes wrongly.
+    if secrets.contains(where: { $0.contains("\"") }) {
+      return String(message.prefix { $0 != "\"" }) + "…" + note
+    }
     var result = ""
-    var quoted = false
-    for character in message {
-      if character == "\"" {
-        result.append(quoted ? "…\"" : "\"")
-        quoted.toggle()
-      } else if !quoted {
-        result.append(character)
+    var elided = false
+    for (index, part) in message.split(separator: "\"", omittingEmptySubsequences: false).enumerated() {
+      if index > 0 { result += "\"" }
+      // Odd parts are quoted. A single character (`=`, `]`) is libpq's own.
+      if index % 2 == 1, part.count > 1, secrets.contains(where: { $0.contains(part) || part.contains($0) }) {
+        result += "…"
+        elided = true
+      } else {
+        result += part
       }
     }
-    return result + " (the quoted text is elided: it may hold a password)"
+    return elided ? result + note : result
+  }
+
+  /// The parts of an unparsable `conninfo` that may be or hold a password.
+  private static func possibleSecrets(in conninfo: String) -> [Substring] {
+    var secrets: [Substring] = []
+    if let keyword = conninfo.range(of: "password", options: .caseInsensitive) {
+      secrets.append(conninfo[keyword.lowerBound...])
+    }
+    if let scheme = conninfo.range(of: "://") {
+      let rest = conninfo[scheme.upperBound...]
+      if rest.contains("%") { secrets.append(rest) }
+      let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+      if let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") {
+        let password = authority[authority.index(after: colon)..<at]
+        if !password.isEmpty { secrets.append(password) }
+      }
+    }
+    return secrets
   }
 
   private static func kind(_ mode: mode_t) -> String {
@@ -159,14 +186,5 @@ public enum ConnectionString {
     case S_IFCHR, S_IFBLK: "a device"
     default: "not a file"
     }
-  }
-
-  private static func mayHoldPassword(_ conninfo: String) -> Bool {
-    if conninfo.lowercased().contains("password") || conninfo.contains("%") { return true }
-    guard let scheme = conninfo.range(of: "://") else { return false }
-    let rest = conninfo[scheme.upperBound...]
-    let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
-    guard let at = authority.lastIndex(of: "@") else { return false }
-    return authority[..<at].contains(":")
   }
 }

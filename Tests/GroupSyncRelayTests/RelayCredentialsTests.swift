@@ -198,6 +198,33 @@ struct RelayCredentialsTests {
     #expect(try !ConnectionString.holdsPassword(""))
   }
 
+  /// libpq's reason for an unparsable string keeps what it quotes unless
+  /// that may be (part of) a password.
+  @Test func parseFailuresKeepNoPassword() throws {
+    func failure(_ conninfo: String) -> String {
+      do {
+        _ = try ConnectionString.holdsPassword(conninfo)
+        return "parsed"
+      } catch {
+        return "\(error)"
+      }
+    }
+    // A misspelt keyword before the password is named.
+    #expect(failure("hots=db password=hunter2").hasSuffix("invalid connection option \"hots\""))
+    for (conninfo, secret) in [
+      ("host=db password=hunter2 hunter3", "hunter"),
+      ("host=db password=abc def=x", "def"),
+      ("host=db PassWord='Sesame7", "Sesame7"),
+      ("postgresql://app:s3cret@[::1/app", "s3cret"),
+      ("postgresql://app@db/app?pass%77ord=s3cret&x", "s3cret"),
+      ("postgresql://app:s3\"cret@[::1/app", "cret"),
+    ] {
+      let text = failure(conninfo)
+      #expect(text.contains("the PostgreSQL connection string: "), "\(conninfo): \(text)")
+      #expect(!text.contains(secret), "\(conninfo): \(text)")
+    }
+  }
+
   // MARK: Helpers
 
   /// A connection string no server answers (a socket folder that does
