@@ -87,7 +87,8 @@ public enum ConnectionString {
   /// URI's `user:password@` or `?password=`), as libpq parses it.
   ///
   /// - Throws: ``RelayError/invalidConfiguration(_:)`` when libpq cannot
-  ///   parse it (see ``redacted(_:)`` for what its reason may repeat).
+  ///   parse it, with libpq's reason less anything of it that may be a
+  ///   password (libpq quotes the text it stumbled on).
   public static func holdsPassword(_ conninfo: String) throws -> Bool {
     try parse(conninfo).contains { $0.keyword == "password" && !$0.value.isEmpty }
   }
