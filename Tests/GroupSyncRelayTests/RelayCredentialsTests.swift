@@ -198,6 +198,28 @@ struct RelayCredentialsTests {
     #expect(try !ConnectionString.holdsPassword(""))
   }
 
+  /// A connection file in the library: comment lines skipped, lines
+  /// joined, a symbolic link followed to the file it names (whose mode
+  /// counts), a FIFO refused without hanging.
+  @Test func connectionFileReading() throws {
+    let root = try HostsFolder()
+    let file = root.path + "/relay.conninfo"
+    try writePrivate("  # shared database\n\thost=db port=5433\n# password=old\n dbname=app  \n", to: file)
+    #expect(try ConnectionString.read(fromFile: file) == "host=db port=5433 dbname=app")
+    let link = root.path + "/link.conninfo"
+    try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: file)
+    #expect(try ConnectionString.read(fromFile: link) == "host=db port=5433 dbname=app")
+    #expect(chmod(file, 0o640) == 0)
+    #expect(throws: RelayError.self) { try ConnectionString.read(fromFile: link) }
+    let fifo = root.path + "/fifo.conninfo"
+    #expect(mkfifo(fifo, 0o600) == 0)
+    #expect {
+      try ConnectionString.read(fromFile: fifo)
+    } throws: { error in
+      "\(error)".contains("connection file \(fifo): not a regular file (a FIFO)")
+    }
+  }
+
   /// libpq's reason for an unparsable string keeps what it quotes unless
   /// that may be (part of) a password.
   @Test func parseFailuresKeepNoPassword() throws {
