@@ -84,7 +84,7 @@ final class PostgresConnection: @unchecked Sendable {
   /// Checks that libpq can parse `conninfo`, without connecting.
   ///
   /// - Throws: ``RelayError/invalidConfiguration(_:)`` with libpq's reason
-  ///   (which names the option, never a value).
+  ///   (what it quotes elided when the string may hold a password).
   static func validate(conninfo: String) throws {
     _ = try parameters(conninfo, timeouts: RelayTimeouts(), applicationName: nil)
   }
@@ -288,6 +288,10 @@ final class PostgresConnection: @unchecked Sendable {
 
   /// The connection's parameters: the conninfo's own, then the defaults
   /// it (or libpq's environment) leaves unset; and how many hosts it names.
+  /// What neither sets, `PQconnectStartParams` takes from libpq's
+  /// environment (`PGHOST`, `PGSSLMODE`...) and service file, and a missing
+  /// password from the password file (`PGPASSFILE`, else `~/.pgpass`): an
+  /// empty conninfo leaves everything to them.
   private static func parameters(
     _ conninfo: String, timeouts: RelayTimeouts, applicationName: String?
   ) throws -> ([(String, String)], Int) {
@@ -296,7 +300,8 @@ final class PostgresConnection: @unchecked Sendable {
       let text = message.map { String(cString: $0) } ?? "out of memory"
       if let message { PQfreemem(message) }
       throw RelayError.invalidConfiguration(
-        "the PostgreSQL connection string: \(text.trimmingCharacters(in: .whitespacesAndNewlines))")
+        "the PostgreSQL connection string: "
+          + ConnectionString.parseFailure(text.trimmingCharacters(in: .whitespacesAndNewlines), in: conninfo))
     }
     defer { PQconninfoFree(options) }
     var given: [(String, String)] = []
@@ -314,7 +319,9 @@ final class PostgresConnection: @unchecked Sendable {
     let set = Set(given.map(\.0)).union(fromEnvironment)
     var defaults = timeouts.clientParameters
     if let applicationName { defaults.append(("application_name", applicationName)) }
-    let hosts = given.first { $0.0 == "host" || $0.0 == "hostaddr" }?.1 ?? ""
+    // Hosts may come from the environment too (an empty conninfo).
+    let hosts = given.first { $0.0 == "host" || $0.0 == "hostaddr" }?.1
+      ?? (getenv("PGHOST") ?? getenv("PGHOSTADDR")).map { String(cString: $0) } ?? ""
     let hostCount = max(1, hosts.split(separator: ",").count)
     return (given + defaults.filter { !set.contains($0.0) }, hostCount)
   }

@@ -4,7 +4,10 @@ import Foundation
 public struct RelayConfiguration: Sendable {
   /// The group folder (this host's replicas).
   public var folder: String
-  /// The libpq connection string of the shared database.
+  /// The libpq connection string of the shared database (empty: libpq's
+  /// environment and files say everything). It may hold a password (read
+  /// from a connection file): print it only as
+  /// ``ConnectionString/redacted(_:)`` renders it.
   public var conninfo: String
   /// The group's name in PostgreSQL: the same on every host (by default
   /// the folder's last path component).

@@ -29,8 +29,18 @@ struct RelayCommand: ParsableCommand {
     help: "Print the SQL an administrator runs once (psql -v ON_ERROR_STOP=1) to make the tables, a login role per host and row-level security for --group, and exit.")
   var printSetup = false
 
-  @Option(name: .long, help: "libpq connection string of the shared database.")
+  @Option(
+    name: .long,
+    help: ArgumentHelp(
+      "libpq connection string of the shared database, without a password (default: libpq's PG* environment).",
+      valueName: "conninfo"))
   var postgres: String?
+
+  @Option(
+    name: .customLong("postgres-file"),
+    help: ArgumentHelp(
+      "A file holding the connection string (it may hold the password); mode 0600 or less.", valueName: "file"))
+  var postgresFile: String?
 
   @Option(name: .customLong("store"), help: "A store to replicate (repeatable; default: main).")
   var stores: [String] = []
@@ -66,14 +76,13 @@ struct RelayCommand: ParsableCommand {
         throw ValidationError("--print-setup needs --group NAME (the group's name in PostgreSQL, as its relays use it)")
       }
       guard !arguments.isEmpty else { throw ValidationError("--print-setup needs at least one ROLE or ROLE:HOST") }
-      guard postgres == nil else {
-        throw ValidationError("--print-setup prints SQL for psql and connects nowhere: drop --postgres")
+      guard postgres == nil, postgresFile == nil else {
+        throw ValidationError("--print-setup prints SQL for psql and connects nowhere: drop --postgres and --postgres-file")
       }
     } else {
       guard arguments.count == 1 else {
         throw ValidationError(arguments.isEmpty ? "missing the group folder" : "one group folder only (roles go with --print-setup)")
       }
-      guard postgres != nil else { throw ValidationError("missing --postgres CONNINFO") }
     }
   }
 
@@ -90,7 +99,7 @@ struct RelayCommand: ParsableCommand {
     guard let policy = ConflictPolicy(rawValue: policy) else {
       throw ValidationError("--policy: one of \(ConflictPolicy.allCases.map(\.rawValue).joined(separator: ", "))")
     }
-    var configuration = RelayConfiguration(folder: directory, conninfo: postgres ?? "", group: group, host: host)
+    var configuration = RelayConfiguration(folder: directory, conninfo: try conninfo(), group: group, host: host)
     if !stores.isEmpty { configuration.stores = stores }
     configuration.policy = policy
     configuration.retention = retention
@@ -131,6 +140,39 @@ struct RelayCommand: ParsableCommand {
     } catch {
       FileHandle.standardError.write(Data("groupsync-relay: \(error)\n".utf8))
       throw ExitCode.failure
+    }
+  }
+
+  /// The connection string: `--postgres`, which must not hold a password
+  /// (every user of the machine sees a command line), or `--postgres-file`,
+  /// or neither (libpq's environment and files then say everything).
+  private func conninfo() throws -> String {
+    switch (postgres, postgresFile) {
+    case (.some, .some):
+      throw ValidationError("--postgres and --postgres-file: give one or the other")
+    case (let conninfo?, nil):
+      let holdsPassword: Bool
+      do {
+        holdsPassword = try ConnectionString.holdsPassword(conninfo)
+      } catch {
+        throw ValidationError("--postgres: \(error)")
+      }
+      if holdsPassword {
+        throw ValidationError(
+          "--postgres holds a password, which every user of this machine can read on the command line (ps): "
+            + "put it in ~/.pgpass or the file PGPASSFILE names (host:port:database:user:password, mode 0600), "
+            + "or the whole connection string in a file given as --postgres-file FILE (mode 0600)")
+      }
+      return conninfo
+    case (nil, let path?):
+      do {
+        return try ConnectionString.read(fromFile: path)
+      } catch {
+        FileHandle.standardError.write(Data("groupsync-relay: \(error)\n".utf8))
+        throw ExitCode.failure
+      }
+    case (nil, nil):
+      return ""
     }
   }
 }

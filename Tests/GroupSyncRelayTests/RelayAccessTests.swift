@@ -301,7 +301,7 @@ struct RelayAccessTests {
       (["--print-setup", "--group", "shop"], "at least one ROLE"),
       (["--print-setup", "--group", "shop", "web-1:"], "expected ROLE or ROLE:HOST"),
       (["--print-setup", "--group", "shop", "pg_x"], "role name 'pg_x' is reserved"),
-      (["/tmp/folder"], "missing --postgres"),
+      (["--print-setup", "--group", "shop", "web-1", "--postgres-file", "/tmp/x"], "drop --postgres and --postgres-file"),
       ([], "missing the group folder"),
     ]
     for (arguments, message) in cases {

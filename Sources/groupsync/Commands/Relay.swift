@@ -12,9 +12,12 @@ struct RelayCommand: ParsableCommand {
     commandName: "relay",
     abstract: "Connect the group folder to other hosts through PostgreSQL (runs groupsync-relay).",
     discussion: """
-      groupsync relay DIR --postgres CONNINFO [--store NAME]... [--host NAME] [--group NAME]
-        [--policy last-writer-wins|first-writer-wins] [--retention N] [--poll-interval SECONDS]
-        [--dead-link-timeout SECONDS]
+      groupsync relay DIR [--postgres CONNINFO | --postgres-file FILE] [--store NAME]... [--host NAME]
+        [--group NAME] [--policy last-writer-wins|first-writer-wins] [--retention N]
+        [--poll-interval SECONDS] [--dead-link-timeout SECONDS]
+      Without --postgres or --postgres-file, libpq's PG* environment says where to connect.
+      A password never goes on the command line (--postgres with one is refused): put it in
+      ~/.pgpass or PGPASSFILE, or the connection string in --postgres-file FILE (mode 0600).
       Prints what the relay does as JSON lines; stops on SIGTERM or SIGINT.
       """)
 

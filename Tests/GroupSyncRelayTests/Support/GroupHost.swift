@@ -52,12 +52,17 @@ final class GroupHost: @unchecked Sendable {
   /// Relations declared to the relay (`--reference`).
   var references: [String] = []
   var conninfo: String
+  /// The relay's connection options (nil: `--postgres` ``conninfo``;
+  /// empty: libpq's environment alone).
+  var postgresArguments: [String]?
   /// Wraps the relay's command line (executable, arguments), e.g. to run
   /// it in the host's network namespace (``NetworkLab/command(in:_:_:)``).
   var launch: (@Sendable (String, [String]) -> (String, [String]))?
   private(set) var relay: ChildProcess?
   /// Everything every relay process of this host printed, by run.
   private(set) var finishedOutputs: [String] = []
+  /// What every relay process of this host wrote to stderr, by run.
+  private(set) var finishedErrors: [String] = []
 
   static let schema = """
     CREATE TABLE note(id INTEGER PRIMARY KEY, title TEXT UNIQUE, body TEXT, n INTEGER, x REAL, b BLOB);
@@ -88,9 +93,8 @@ final class GroupHost: @unchecked Sendable {
   /// Starts this host's relay (`groupsync relay`, which runs
   /// `groupsync-relay`) and waits until it says it started.
   func startRelay(environment extra: [String: String] = [:], waitConnected: Bool = true) async throws {
-    var arguments = [
-      "relay", folder, "--postgres", conninfo, "--host", name, "--policy", policy, "--poll-interval", "0.2",
-    ]
+    var arguments = ["relay", folder] + (postgresArguments ?? ["--postgres", conninfo])
+    arguments += ["--host", name, "--policy", policy, "--poll-interval", "0.2"]
     if let retention { arguments += ["--retention", String(retention)] }
     for reference in references { arguments += ["--reference", reference] }
     var environment = ProcessInfo.processInfo.environment
@@ -112,6 +116,7 @@ final class GroupHost: @unchecked Sendable {
     relay.signal(SIGKILL)
     let result = try await Executables.onThread { relay.finish(timeout: 30) }
     finishedOutputs.append(result.stdout)
+    finishedErrors.append(result.stderr)
     self.relay = nil
   }
 
@@ -121,6 +126,7 @@ final class GroupHost: @unchecked Sendable {
     relay.signal(SIGTERM)
     let result = try await Executables.onThread { relay.finish(timeout: 30) }
     finishedOutputs.append(result.stdout)
+    finishedErrors.append(result.stderr)
     self.relay = nil
     guard result.status == 0, !result.signalled else {
       throw RelayTestFailure("relay \(name) did not stop cleanly (\(result.status)): \(result.stderr)")
@@ -138,6 +144,7 @@ final class GroupHost: @unchecked Sendable {
     if !exited { relay.signal(SIGKILL) }
     let result = try await Executables.onThread { relay.finish(timeout: 30) }
     finishedOutputs.append(result.stdout)
+    finishedErrors.append(result.stderr)
     self.relay = nil
     return exited ? elapsed : nil
   }
@@ -146,6 +153,9 @@ final class GroupHost: @unchecked Sendable {
   var eventLines: [String] {
     (finishedOutputs + [relay?.stdout ?? ""]).flatMap { $0.split(separator: "\n").map(String.init) }
   }
+
+  /// Everything every relay run wrote to stderr, the running one included.
+  var errorOutput: String { (finishedErrors + [relay?.stderr ?? ""]).joined(separator: "\n") }
 
   /// The events of one kind (`"conflict"`, `"error"`...), decoded.
   func events(_ kind: String) -> [[String: Any]] {

@@ -11,16 +11,46 @@ import Glibc
 /// server refuses root), fsync off. ``with(_:)`` always stops it and
 /// removes the folder, also when the test fails; a watchdog process does
 /// the same if the test process itself is killed.
+///
+/// With ``Options`` it also listens on TCP, on 127.0.0.1 only (a free
+/// port), asking a password there and optionally TLS; the unix socket
+/// stays open without a password for the test's own checks.
 final class PostgresServer: @unchecked Sendable {
+  /// How the server listens beside its unix socket.
+  struct Options: Sendable {
+    /// The password of the user `postgres`, asked (scram-sha-256) of
+    /// every TCP connection; nil: TCP connections are trusted.
+    var password: String?
+    /// Listen on 127.0.0.1 too, on a free port (``port``).
+    var tcp = false
+    /// The server's certificate and key (PEM files, copied into the
+    /// server's folder): TCP connections must then use TLS.
+    var tls: (certificate: String, key: String)?
+
+    init(password: String? = nil, tcp: Bool = false, tls: (certificate: String, key: String)? = nil) {
+      self.password = password
+      self.tcp = tcp || tls != nil
+      self.tls = tls
+    }
+  }
+
   let folder: String
-  let port = 5432
+  /// The unix socket's port, and the TCP port when ``Options/tcp``.
+  let port: Int
+  let options: Options
   private let bin: String
 
   var conninfo: String { "host=\(folder) port=\(port) user=postgres dbname=postgres connect_timeout=5" }
 
   /// Runs `body` with a fresh server, stopped whatever happens.
   static func with<T>(_ body: (PostgresServer) async throws -> T) async throws -> T {
-    let server = try PostgresServer()
+    try await with(options: Options(), body)
+  }
+
+  /// Runs `body` with a fresh server listening as `options` say, stopped
+  /// whatever happens.
+  static func with<T>(options: Options, _ body: (PostgresServer) async throws -> T) async throws -> T {
+    let server = try PostgresServer(options: options)
     do {
       try server.start()
       let result = try await body(server)
@@ -32,21 +62,73 @@ final class PostgresServer: @unchecked Sendable {
     }
   }
 
-  private init() throws {
+  private init(options: Options) throws {
+    self.options = options
+    port = options.tcp ? try Self.freePort() : 5432
     bin = try Self.binFolder()
     folder = "/tmp/gs-pg-\(UUID().uuidString.prefix(8))"
     try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
     if getuid() == 0 { try Self.run("/bin/chown", ["postgres", folder]) }
     try asPostgres("\(bin)/initdb", ["-D", "\(folder)/data", "-A", "trust", "-U", "postgres", "--no-sync"])
+    if options.tcp { try configureTCP() }
   }
 
   /// Starts the server and waits until it accepts connections.
   func start() throws {
+    // TCP on 127.0.0.1 alone: never another address of the machine.
+    let addresses = options.tcp ? "127.0.0.1" : "''"
+    var settings = "-c listen_addresses=\(addresses) -k \(folder) -p \(port) -c fsync=off -c max_connections=60"
+    if options.tls != nil {
+      settings += " -c ssl=on -c ssl_cert_file=\(folder)/server.crt -c ssl_key_file=\(folder)/server.key"
+    }
     try asPostgres(
       "\(bin)/pg_ctl",
-      ["-D", "\(folder)/data", "-l", "\(folder)/server.log", "-w", "-t", "60", "-o",
-       "-c listen_addresses='' -k \(folder) -p \(port) -c fsync=off -c max_connections=60", "start"])
+      ["-D", "\(folder)/data", "-l", "\(folder)/server.log", "-w", "-t", "60", "-o", settings, "start"])
     try startWatchdog()
+    if let password = options.password {
+      // Stored as a scram-sha-256 verifier (the server's default).
+      _ = try query("ALTER ROLE postgres PASSWORD '\(password.replacingOccurrences(of: "'", with: "''"))'")
+    }
+  }
+
+  /// Who may connect over TCP (pg_hba.conf), and the TLS files, which the
+  /// server reads only if they are the user postgres's alone.
+  private func configureTCP() throws {
+    let method = options.password == nil ? "trust" : "scram-sha-256"
+    var rules = "local all all trust\n"
+    if options.tls != nil {
+      rules += "hostssl all all 127.0.0.1/32 \(method)\nhostnossl all all 127.0.0.1/32 reject\n"
+    } else {
+      rules += "host all all 127.0.0.1/32 \(method)\n"
+    }
+    try rules.write(toFile: "\(folder)/data/pg_hba.conf", atomically: false, encoding: .utf8)
+    guard let tls = options.tls else { return }
+    for (source, name) in [(tls.certificate, "server.crt"), (tls.key, "server.key")] {
+      let path = "\(folder)/\(name)"
+      try FileManager.default.copyItem(atPath: source, toPath: path)
+      guard chmod(path, 0o600) == 0 else { throw RelayTestFailure("chmod \(path): errno \(errno)") }
+      if getuid() == 0 { try Self.run("/bin/chown", ["postgres", path]) }
+    }
+  }
+
+  /// A TCP port on 127.0.0.1 that nothing listens on (the kernel's pick;
+  /// free again once the probe socket closes).
+  private static func freePort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw RelayTestFailure("socket: errno \(errno)") }
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) { pointer in
+      pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
+        bind(fd, address, length) == 0 && getsockname(fd, address, &length) == 0
+      }
+    }
+    guard bound else { throw RelayTestFailure("bind 127.0.0.1:0: errno \(errno)") }
+    return Int(UInt16(bigEndian: address.sin_port))
   }
 
   /// A shell that outlives a killed test process: once that process is
