@@ -19,6 +19,8 @@ struct RelayCommand: ParsableCommand {
       A password never goes on the command line (--postgres with one is refused): put it in
       ~/.pgpass or PGPASSFILE, or the connection string in --postgres-file FILE (mode 0600).
       Prints what the relay does as JSON lines; stops on SIGTERM or SIGINT.
+      groupsync relay --print-setup --group NAME ROLE[:HOST]...
+      Prints the SQL an administrator runs once: the tables, a login role per host, row-level security.
       """)
 
   @Argument(parsing: .captureForPassthrough, help: "The relay's arguments (see groupsync-relay --help).")
