@@ -2,6 +2,9 @@ import ArgumentParser
 import Foundation
 import GroupSync
 import GroupSyncRelay
+import GroupSyncRelayMetricsFile
+import Metrics
+import Prometheus
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -49,7 +52,20 @@ struct RelayCommand: ParsableCommand {
       valueName: "relation"))
   var references: [String] = []
 
+  @Option(
+    name: .long,
+    help: ArgumentHelp(
+      "Write the relay's metrics to this file in Prometheus's text format, for node_exporter's textfile collector.",
+      valueName: "path"))
+  var metricsFile: String?
+
+  @Option(name: .long, help: "Seconds between writes of the --metrics-file.")
+  var metricsInterval: Double = 5
+
   func run() throws {
+    guard metricsInterval > 0, metricsInterval.isFinite else {
+      throw ValidationError("--metrics-interval: a number of seconds above 0")
+    }
     guard let policy = ConflictPolicy(rawValue: policy) else {
       throw ValidationError("--policy: one of \(ConflictPolicy.allCases.map(\.rawValue).joined(separator: ", "))")
     }
@@ -70,6 +86,15 @@ struct RelayCommand: ParsableCommand {
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
     let relay: Relay
     do {
+      // Only with --metrics-file: the relay's metrics and its stores' go
+      // to the file; without it they are dropped, as by default.
+      var metrics: MetricsFile?
+      if let metricsFile {
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        metrics = try MetricsFile(
+          path: metricsFile, interval: .milliseconds(Int64(metricsInterval * 1000)), registry: registry)
+      }
       relay = try Relay(configuration) { event in
         guard let data = try? encoder.encode(event) else { return }
         FileHandle.standardOutput.write(data + Data("\n".utf8))
@@ -82,11 +107,13 @@ struct RelayCommand: ParsableCommand {
       sigaddset(&signals, SIGINT)
       pthread_sigmask(SIG_BLOCK, &signals, nil)
       try relay.start()
+      metrics?.start()
       FileHandle.standardError.write(
         Data("groupsync-relay: host \(configuration.host), group \(configuration.group), relaying \(configuration.stores.joined(separator: ", "))\n".utf8))
       var received: Int32 = 0
       sigwait(&signals, &received)
       relay.stop()
+      try metrics?.stop()
     } catch {
       FileHandle.standardError.write(Data("groupsync-relay: \(error)\n".utf8))
       throw ExitCode.failure

@@ -52,6 +52,10 @@ final class GroupHost: @unchecked Sendable {
   /// Relations declared to the relay (`--reference`).
   var references: [String] = []
   var conninfo: String
+  /// Where the relay writes its metrics (`--metrics-file`), and how often
+  /// (`--metrics-interval`, seconds).
+  var metricsFile: String?
+  var metricsInterval = 0.2
   /// Wraps the relay's command line (executable, arguments), e.g. to run
   /// it in the host's network namespace (``NetworkLab/command(in:_:_:)``).
   var launch: (@Sendable (String, [String]) -> (String, [String]))?
@@ -93,6 +97,7 @@ final class GroupHost: @unchecked Sendable {
     ]
     if let retention { arguments += ["--retention", String(retention)] }
     for reference in references { arguments += ["--reference", reference] }
+    if let metricsFile { arguments += ["--metrics-file", metricsFile, "--metrics-interval", String(metricsInterval)] }
     var environment = ProcessInfo.processInfo.environment
     for (key, value) in extra { environment[key] = value }
     let (program, programArguments) = launch?(Executables.groupsync, arguments) ?? (Executables.groupsync, arguments)
