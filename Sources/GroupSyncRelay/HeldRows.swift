@@ -49,7 +49,8 @@ enum HeldRows {
       INSERT INTO \(table)(tbl, gid, pos, columns, data, reason, cause) VALUES (?, ?, ?, ?, ?, ?, ?)
       ON CONFLICT(tbl, gid) DO UPDATE SET pos = excluded.pos, columns = excluded.columns, data = excluded.data,
         reason = excluded.reason, cause = excluded.cause
-      """).execute(arguments: [held.table, held.image.gid, held.position, columns, data, held.reason, held.cause.rawValue])
+      """).execute(
+        arguments: [held.table, held.image.gid, held.position, columns, data, held.reason, held.cause.rawValue])
     return before == nil
   }
 

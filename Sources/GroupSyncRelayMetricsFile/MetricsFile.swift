@@ -66,7 +66,9 @@ public final class MetricsFile: @unchecked Sendable {
     if fchmod(fd, 0o644) != 0 { failure = WriteError(path: path, call: "fchmod", errno: errno) }
     var written = 0
     while failure == nil, written < buffer.count {
-      let count = buffer.withUnsafeBytes { bytes in Glibc.write(fd, bytes.baseAddress! + written, bytes.count - written) }
+      let count = buffer.withUnsafeBytes { bytes in
+        Glibc.write(fd, bytes.baseAddress! + written, bytes.count - written)
+      }
       if count < 0 {
         if errno == EINTR { continue }
         failure = WriteError(path: path, call: "write", errno: errno)
@@ -75,7 +77,9 @@ public final class MetricsFile: @unchecked Sendable {
       }
     }
     if close(fd) != 0, failure == nil { failure = WriteError(path: path, call: "close", errno: errno) }
-    if failure == nil, rename(temporaryPath, path) != 0 { failure = WriteError(path: path, call: "rename", errno: errno) }
+    if failure == nil, rename(temporaryPath, path) != 0 {
+      failure = WriteError(path: path, call: "rename", errno: errno)
+    }
     if let failure {
       unlink(temporaryPath)
       throw failure
