@@ -248,6 +248,8 @@ extension RelayMetricsTests {
         Self.sample(Self.read(a.metricsFile!), RelayMetrics.entriesShipped, storeOfA) == Double(shippedByA)
       }
       let text = Self.read(a.metricsFile!)
+      // Whole lines only (the collector refuses a file whose last line is cut).
+      #expect(text.hasSuffix("\n"))
       for (name, type) in [
         (RelayMetrics.entriesShipped, "counter"), (RelayMetrics.entriesApplied, "counter"),
         (RelayMetrics.lagEntries, "gauge"), (RelayMetrics.lagSeconds, "gauge"), (RelayMetrics.conflicts, "counter"),
