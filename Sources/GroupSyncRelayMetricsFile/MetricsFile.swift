@@ -128,4 +128,13 @@ public final class MetricsFile: @unchecked Sendable {
     if thread != nil { done.wait() }
     try write()
   }
+
+  /// ``stop()``, telling a failed final write on standard error.
+  public func close() {
+    do {
+      try stop()
+    } catch {
+      FileHandle.standardError.write(Data("groupsync-relay: \(error)\n".utf8))
+    }
+  }
 }

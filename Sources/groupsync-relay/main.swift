@@ -46,13 +46,6 @@ struct RelayCommand: ParsableCommand {
   var deadLinkTimeout: Double?
 
   @Option(
-    name: .customLong("reference"),
-    help: ArgumentHelp(
-      "A relation the schema does not declare: TABLE.COLUMN=PARENT[:set-null] (repeatable; every host the same).",
-      valueName: "relation"))
-  var references: [String] = []
-
-  @Option(
     name: .long,
     help: ArgumentHelp(
       "Write the relay's metrics to this file in Prometheus's text format, for node_exporter's textfile collector.",
@@ -62,10 +55,14 @@ struct RelayCommand: ParsableCommand {
   @Option(name: .long, help: "Seconds between writes of the --metrics-file.")
   var metricsInterval: Double = 5
 
+  @Option(
+    name: .customLong("reference"),
+    help: ArgumentHelp(
+      "A relation the schema does not declare: TABLE.COLUMN=PARENT[:set-null] (repeatable; every host the same).",
+      valueName: "relation"))
+  var references: [String] = []
+
   func run() throws {
-    guard metricsInterval > 0, metricsInterval.isFinite else {
-      throw ValidationError("--metrics-interval: a number of seconds above 0")
-    }
     guard let policy = ConflictPolicy(rawValue: policy) else {
       throw ValidationError("--policy: one of \(ConflictPolicy.allCases.map(\.rawValue).joined(separator: ", "))")
     }
@@ -84,17 +81,11 @@ struct RelayCommand: ParsableCommand {
     }
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    let metrics = try openMetricsFile()
+    // The final figures, also when the relay gave up.
+    defer { metrics?.close() }
     let relay: Relay
     do {
-      // Only with --metrics-file: the relay's metrics and its stores' go
-      // to the file; without it they are dropped, as by default.
-      var metrics: MetricsFile?
-      if let metricsFile {
-        let registry = PrometheusCollectorRegistry()
-        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
-        metrics = try MetricsFile(
-          path: metricsFile, interval: .milliseconds(Int64(metricsInterval * 1000)), registry: registry)
-      }
       relay = try Relay(configuration) { event in
         guard let data = try? encoder.encode(event) else { return }
         FileHandle.standardOutput.write(data + Data("\n".utf8))
@@ -113,7 +104,25 @@ struct RelayCommand: ParsableCommand {
       var received: Int32 = 0
       sigwait(&signals, &received)
       relay.stop()
-      try metrics?.stop()
+    } catch {
+      FileHandle.standardError.write(Data("groupsync-relay: \(error)\n".utf8))
+      throw ExitCode.failure
+    }
+  }
+
+  /// With --metrics-file: the relay's metrics and its stores' go to the
+  /// file (written once now, so that a path that cannot be written stops
+  /// the relay as it starts); without it they are dropped, as by default.
+  private func openMetricsFile() throws -> MetricsFile? {
+    guard let metricsFile else { return nil }
+    guard metricsInterval > 0, metricsInterval.isFinite else {
+      throw ValidationError("--metrics-interval: a number of seconds above 0")
+    }
+    let registry = PrometheusCollectorRegistry()
+    MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+    do {
+      return try MetricsFile(
+        path: metricsFile, interval: .milliseconds(Int64(metricsInterval * 1000)), registry: registry)
     } catch {
       FileHandle.standardError.write(Data("groupsync-relay: \(error)\n".utf8))
       throw ExitCode.failure
