@@ -76,7 +76,7 @@ public final class MetricsFile: @unchecked Sendable {
         written += count
       }
     }
-    if close(fd) != 0, failure == nil { failure = WriteError(path: path, call: "close", errno: errno) }
+    if Glibc.close(fd) != 0, failure == nil { failure = WriteError(path: path, call: "close", errno: errno) }
     if failure == nil, rename(temporaryPath, path) != 0 {
       failure = WriteError(path: path, call: "rename", errno: errno)
     }
