@@ -55,6 +55,25 @@ struct RelayCommand: ParsableCommand {
   @Option(name: .long, help: "Seconds between writes of the --metrics-file.")
   var metricsInterval: Double = 5
 
+  /// With --metrics-file: the relay's metrics and its stores' go to the
+  /// file (written once now, so that a path that cannot be written stops
+  /// the relay as it starts); without it they are dropped, as by default.
+  private func openMetricsFile() throws -> MetricsFile? {
+    guard let metricsFile else { return nil }
+    guard metricsInterval > 0, metricsInterval.isFinite else {
+      throw ValidationError("--metrics-interval: a number of seconds above 0")
+    }
+    let registry = PrometheusCollectorRegistry()
+    MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+    do {
+      return try MetricsFile(
+        path: metricsFile, interval: .milliseconds(Int64(metricsInterval * 1000)), registry: registry)
+    } catch {
+      FileHandle.standardError.write(Data("groupsync-relay: \(error)\n".utf8))
+      throw ExitCode.failure
+    }
+  }
+
   @Option(
     name: .customLong("reference"),
     help: ArgumentHelp(
@@ -104,25 +123,6 @@ struct RelayCommand: ParsableCommand {
       var received: Int32 = 0
       sigwait(&signals, &received)
       relay.stop()
-    } catch {
-      FileHandle.standardError.write(Data("groupsync-relay: \(error)\n".utf8))
-      throw ExitCode.failure
-    }
-  }
-
-  /// With --metrics-file: the relay's metrics and its stores' go to the
-  /// file (written once now, so that a path that cannot be written stops
-  /// the relay as it starts); without it they are dropped, as by default.
-  private func openMetricsFile() throws -> MetricsFile? {
-    guard let metricsFile else { return nil }
-    guard metricsInterval > 0, metricsInterval.isFinite else {
-      throw ValidationError("--metrics-interval: a number of seconds above 0")
-    }
-    let registry = PrometheusCollectorRegistry()
-    MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
-    do {
-      return try MetricsFile(
-        path: metricsFile, interval: .milliseconds(Int64(metricsInterval * 1000)), registry: registry)
     } catch {
       FileHandle.standardError.write(Data("groupsync-relay: \(error)\n".utf8))
       throw ExitCode.failure

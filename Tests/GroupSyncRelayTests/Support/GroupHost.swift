@@ -49,13 +49,13 @@ final class GroupHost: @unchecked Sendable {
   let folder: String
   var policy = "last-writer-wins"
   var retention: Int64?
-  /// Relations declared to the relay (`--reference`).
-  var references: [String] = []
-  var conninfo: String
   /// Where the relay writes its metrics (`--metrics-file`), and how often
   /// (`--metrics-interval`, seconds).
   var metricsFile: String?
   var metricsInterval = 0.2
+  /// Relations declared to the relay (`--reference`).
+  var references: [String] = []
+  var conninfo: String
   /// Wraps the relay's command line (executable, arguments), e.g. to run
   /// it in the host's network namespace (``NetworkLab/command(in:_:_:)``).
   var launch: (@Sendable (String, [String]) -> (String, [String]))?
