@@ -21,6 +21,7 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+    .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
   ],
@@ -60,6 +61,7 @@ let package = Package(
         "CLibPQ",
         .product(name: "GRDB", package: "GRDB.swift"),
         .product(name: "Logging", package: "swift-log"),
+        .product(name: "Metrics", package: "swift-metrics"),
       ]
     ),
     .executableTarget(
@@ -67,8 +69,17 @@ let package = Package(
       dependencies: [
         "GroupSync",
         "GroupSyncRelay",
+        "GroupSyncRelayMetricsFile",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        .product(name: "Metrics", package: "swift-metrics"),
+        .product(name: "Prometheus", package: "swift-prometheus"),
       ]
+    ),
+    // The relay process's --metrics-file, through swift-prometheus: in no
+    // product, so the relay library's users bring their own backend.
+    .target(
+      name: "GroupSyncRelayMetricsFile",
+      dependencies: [.product(name: "Prometheus", package: "swift-prometheus")]
     ),
     // Child processes for the demo, the benchmark and the tests; in no product.
     .target(name: "GroupSyncProcess"),
@@ -111,6 +122,7 @@ let package = Package(
       name: "GroupSyncRelayTests",
       dependencies: [
         "GroupSync", "GroupSyncRelay", "GroupSyncProcess", "CLibPQ", .product(name: "GRDB", package: "GRDB.swift"),
+        .product(name: "MetricsTestKit", package: "swift-metrics"),
       ]
     ),
   ],

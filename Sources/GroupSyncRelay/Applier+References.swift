@@ -50,7 +50,7 @@ extension Applier {
     /// to its default), as its ON DELETE says.
     case values([RowValue], followed: (RowReference, parent: String)?)
     /// A reference names a row this host does not have (yet).
-    case held(reason: String)
+    case held(reason: String, cause: RelayMetrics.HeldCause)
     /// A reference names a row deleted here (or in the log before), and
     /// its ON DELETE deletes this row too.
     case orphaned(RowReference, parent: String)
@@ -75,7 +75,8 @@ extension Applier {
         guard parent != nil else {
           return .held(
             reason: "\(table).\(reference.column) points at row \(gid) of \(reference.parent), "
-              + "which this host does not have yet")
+              + "which this host does not have yet",
+            cause: .missingRow)
         }
         // Deleted here (its deletion may not have shipped yet) or in the log.
         switch reference.onDelete {
@@ -89,7 +90,8 @@ extension Applier {
         // number is a rowid there and may be another row's here.
         return .held(
           reason: "\(table).\(reference.column) holds the number \(number) from a host that does not translate "
-            + "it as a reference to \(reference.parent): give every host the same references")
+            + "it as a reference to \(reference.parent): give every host the same references",
+          cause: .untranslatedReference)
       default:
         continue
       }
@@ -183,7 +185,6 @@ extension Applier {
       store: context.storeName, table: table, gid: gid, sequence: position, columns: columns,
       winnerHost: "deletion of \(reference.parent)" + (parent.map { " row \($0)" } ?? ""), winnerValues: nil,
       loserHost: "gid \(gid)", loserValues: values, rule: "parent-deleted:\(reference.onDelete.rawValue)")
-    context.conflicts += 1
-    context.emit(.conflict(record))
+    context.tell(record)
   }
 }

@@ -126,6 +126,7 @@ struct Applier {
   private func apply(_ entries: [Pending], _ log: SharedLog) throws -> Bool {
     let context = self.context
     guard let last = entries.last else { return false }
+    let start = ContinuousClock.now
     // The log reaches at least this far, whether or not the entries apply.
     context.logHead = max(context.logHead, last.position)
     var rowCount = 0
@@ -172,10 +173,10 @@ struct Applier {
       .applied(
         store: context.storeName, position: last.position, entries: entries.count, rows: rowCount,
         localSequence: changeSet?.sequence))
-    context.appliedEntries += Int64(entries.count)
+    context.countApplied(entries.count)
+    ReplicaMetrics.record(context.metrics.applyDuration, since: start)
     for (_, origin, _, entry) in entries where origin != context.host {
-      context.conflicts += Int64(entry.conflicts.count)
-      for conflict in entry.conflicts { context.emit(.conflict(conflict)) }
+      for conflict in entry.conflicts { context.tell(conflict) }
     }
     log.recordApplied(context.replica, through: last.position)
     return true
@@ -260,7 +261,8 @@ struct Applier {
             + "the entry waits until the schemas agree")
       }
       let reason = "table \(name) does not exist here yet (added on another host): applied once it does"
-      return try hold(image, table: name, columns: columns, position: position, reason: reason, pass: pass, db)
+      return try hold(
+        image, table: name, columns: columns, position: position, reason: reason, cause: .missingTable, pass: pass, db)
     }
     let local = Set(shape.columns.map { $0.lowercased() })
     let unknown = columns.indices.filter { !local.contains(columns[$0].lowercased()) }
@@ -310,10 +312,12 @@ struct Applier {
 
   /// Holds `image` until it can be applied; told once per row.
   func hold(
-    _ image: RowImage, table: String, columns: [String], position: Int64, reason: String, pass: Pass, _ db: Database
+    _ image: RowImage, table: String, columns: [String], position: Int64, reason: String,
+    cause: RelayMetrics.HeldCause, pass: Pass, _ db: Database
   ) throws -> Outcome {
     pass.mayHold = true
-    let held = HeldRows.Held(table: table, image: image, columns: columns, position: position, reason: reason)
+    let held = HeldRows.Held(
+      table: table, image: image, columns: columns, position: position, reason: reason, cause: cause)
     if try HeldRows.hold(held, db) {
       context.emit(.held(store: context.storeName, table: table, gid: image.gid, reason: reason))
     }
@@ -397,8 +401,9 @@ struct Applier {
             parentDeleted: reference, parent: parent, table: table, gid: image.gid, columns: columns,
             values: image.values, position: position)
         }
-      case .held(let reason):
-        return try hold(image, table: table, columns: columns, position: position, reason: reason, pass: pass, db)
+      case .held(let reason, let cause):
+        return try hold(
+          image, table: table, columns: columns, position: position, reason: reason, cause: cause, pass: pass, db)
       case .orphaned(let reference, let parent):
         // The row it points at was deleted: the deletion stands, and this
         // row follows it as the reference's ON DELETE says.
@@ -477,8 +482,7 @@ struct Applier {
           record.winnerValues = holderValues
           record.loserHost = "gid \(image.gid)"
           record.loserValues = image.values
-          context.conflicts += 1
-          context.emit(.conflict(record))
+          context.tell(record)
           if target == nil, let holderEntry {
             try RowIdentityMap.set(
               .init(gid: image.gid, rowID: nil, position: position, aliasOf: holderEntry.gid), db, table: shape.name)
@@ -489,8 +493,7 @@ struct Applier {
         record.winnerValues = image.values
         record.loserHost = "gid \(holderEntry?.gid ?? "unshipped rowid \(holder)")"
         record.loserValues = holderValues
-        context.conflicts += 1
-        context.emit(.conflict(record))
+        context.tell(record)
         guard target == nil else {
           // Two rows every host knows: the holder gives way here, and its
           // deletion ships if it changed here since (the other hosts delete

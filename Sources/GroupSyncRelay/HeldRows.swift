@@ -9,9 +9,10 @@ import GRDB
 /// arrives; a newer image of the same row replaces them. A reference is
 /// never stored as a number that means another row.
 ///
-/// `gs_relay_held(tbl, gid, pos, columns, data, reason)`: the image of
-/// position `pos`, its columns and values as the log has them (JSON, the
-/// references as global IDs), and why it waits.
+/// `gs_relay_held(tbl, gid, pos, columns, data, reason, cause)`: the
+/// image of position `pos`, its columns and values as the log has them
+/// (JSON, the references as global IDs), and why it waits, in words and
+/// as a ``RelayMetrics/HeldCause`` (which the metrics count by).
 enum HeldRows {
   static let table = "gs_relay_held"
 
@@ -19,8 +20,12 @@ enum HeldRows {
     try db.execute(sql: """
       CREATE TABLE IF NOT EXISTS \(table) (
         tbl TEXT NOT NULL, gid TEXT NOT NULL, pos INTEGER NOT NULL, columns TEXT NOT NULL, data TEXT NOT NULL,
-        reason TEXT NOT NULL, PRIMARY KEY (tbl, gid));
+        reason TEXT NOT NULL, cause TEXT NOT NULL DEFAULT 'unknown', PRIMARY KEY (tbl, gid));
       """)
+    // A store an earlier relay set up: the rows it held keep `unknown`.
+    if try !db.columns(in: table).contains(where: { $0.name == "cause" }) {
+      try db.execute(sql: "ALTER TABLE \(table) ADD COLUMN cause TEXT NOT NULL DEFAULT 'unknown'")
+    }
   }
 
   struct Held: Sendable, Equatable {
@@ -29,6 +34,7 @@ enum HeldRows {
     var columns: [String]
     var position: Int64
     var reason: String
+    var cause: RelayMetrics.HeldCause
   }
 
   /// Holds `image`; returns whether it was not held before (to tell once).
@@ -40,10 +46,11 @@ enum HeldRows {
     let columns = String(decoding: try JSONEncoder().encode(held.columns), as: UTF8.self)
     let data = String(decoding: try JSONEncoder().encode(held.image.values ?? []), as: UTF8.self)
     try db.cachedStatement(sql: """
-      INSERT INTO \(table)(tbl, gid, pos, columns, data, reason) VALUES (?, ?, ?, ?, ?, ?)
+      INSERT INTO \(table)(tbl, gid, pos, columns, data, reason, cause) VALUES (?, ?, ?, ?, ?, ?, ?)
       ON CONFLICT(tbl, gid) DO UPDATE SET pos = excluded.pos, columns = excluded.columns, data = excluded.data,
-        reason = excluded.reason
-      """).execute(arguments: [held.table, held.image.gid, held.position, columns, data, held.reason])
+        reason = excluded.reason, cause = excluded.cause
+      """).execute(
+        arguments: [held.table, held.image.gid, held.position, columns, data, held.reason, held.cause.rawValue])
     return before == nil
   }
 
@@ -65,16 +72,28 @@ enum HeldRows {
 
   /// Every held image, oldest first.
   static func all(_ db: Database) throws -> [Held] {
-    try Row.fetchAll(db, sql: "SELECT tbl, gid, pos, columns, data, reason FROM \(table) ORDER BY pos, tbl, gid")
+    try Row.fetchAll(
+      db, sql: "SELECT tbl, gid, pos, columns, data, reason, cause FROM \(table) ORDER BY pos, tbl, gid")
       .map { row in
         let columns = try JSONDecoder().decode([String].self, from: Data((row[3] as String).utf8))
         let values = try JSONDecoder().decode([RowValue].self, from: Data((row[4] as String).utf8))
         let image = RowImage(gid: row[1], rowID: nil, base: 0, values: values, lost: nil)
-        return Held(table: row[0], image: image, columns: columns, position: row[2], reason: row[5])
+        return Held(
+          table: row[0], image: image, columns: columns, position: row[2], reason: row[5],
+          cause: RelayMetrics.HeldCause(rawValue: row[6]) ?? .unknown)
       }
   }
 
   static func count(_ db: Database) throws -> Int64 {
     try Int64.fetchOne(db, sql: "SELECT count(*) FROM \(table)") ?? 0
+  }
+
+  /// The held images, counted by cause (a cause missing holds none).
+  static func counts(_ db: Database) throws -> [RelayMetrics.HeldCause: Int64] {
+    var counts: [RelayMetrics.HeldCause: Int64] = [:]
+    for row in try Row.fetchAll(db, sql: "SELECT cause, count(*) FROM \(table) GROUP BY cause") {
+      counts[RelayMetrics.HeldCause(rawValue: row[0]) ?? .unknown, default: 0] += row[1]
+    }
+    return counts
   }
 }

@@ -1,3 +1,4 @@
+import CoreMetrics
 import Foundation
 import GRDB
 import GroupSync
@@ -74,6 +75,12 @@ public final class Relay: @unchecked Sendable {
   /// How long this host's applied place may wait to ride on another round
   /// trip before it is sent on its own.
   private static let bookkeepingDelay = Duration.milliseconds(200)
+  /// The relay's own metrics (see ``RelayMetrics``; its stores' are in
+  /// their contexts), and whether it had a connection before (the next
+  /// one is a reconnect).
+  private let reconnects: Counter
+  private let connectedGauge: Gauge
+  private var hasConnected = false
 
   /// Makes a relay; ``start(in:)`` starts it.
   ///
@@ -113,6 +120,11 @@ public final class Relay: @unchecked Sendable {
       continuation.yield(event)
       onEvent?(event)
     }
+    let dimensions = [("group", configuration.group), ("host", configuration.host)]
+    let factory = configuration.metricsFactory ?? MetricsSystem.factory
+    reconnects = Counter(label: RelayMetrics.reconnects, dimensions: dimensions, factory: factory)
+    connectedGauge = Gauge(label: RelayMetrics.connected, dimensions: dimensions, factory: factory)
+    connectedGauge.record(0)
     current = RelayStatus(
       host: configuration.host, group: configuration.group, processID: getpid(), isConnected: false, isLive: true,
       lastError: nil, updatedAtNanoseconds: 0, stores: [])
@@ -157,7 +169,7 @@ public final class Relay: @unchecked Sendable {
         store: store, storeName: name, group: configuration.group, host: configuration.host,
         policy: configuration.policy, author: author, retention: configuration.retention,
         references: configuration.references, stop: stopSignal,
-        failpoints: failpoints, emit: emit)
+        failpoints: failpoints, metricsFactory: configuration.metricsFactory, emit: emit)
     }
     for context in contexts { try tellIdentities(context) }
     // Local commits ring the doorbell, straight from the watcher thread
@@ -246,6 +258,8 @@ public final class Relay: @unchecked Sendable {
       if log == nil {
         do {
           try connect()
+          if hasConnected { reconnects.increment() }
+          hasConnected = true
           backoff.reset()
           lastError = nil
           logger.info("connected to PostgreSQL as host '\(configuration.host)' of group '\(configuration.group)'")
@@ -561,7 +575,10 @@ public final class Relay: @unchecked Sendable {
 
   private func setError(_ text: String?) { lock.withLock { current.lastError = text } }
 
-  private func setConnected(_ connected: Bool) { lock.withLock { current.isConnected = connected } }
+  private func setConnected(_ connected: Bool) {
+    lock.withLock { current.isConnected = connected }
+    connectedGauge.record(connected ? 1 : 0)
+  }
 
   /// Updates ``status()`` and `relays/HOST.json` (at most every 200 ms
   /// unless forced).
@@ -571,12 +588,13 @@ public final class Relay: @unchecked Sendable {
     lastStatusWrite = now
     var stores: [RelayStatus.StoreStatus] = []
     for context in contexts {
-      let local = (try? context.store.read { db -> (Int64, Int64, Int64) in
+      let read = try? context.store.read { db -> (Int64, Int64, [RelayMetrics.HeldCause: Int64]) in
         let sequence = try context.store.currentSequence(in: db)
         let unshipped = try context.store.changeSetCount(
           after: context.place.shipped, notWrittenBy: context.author, in: db)
-        return (sequence, unshipped, try HeldRows.count(db))
-      }) ?? (0, 0, 0)
+        return (sequence, unshipped, try HeldRows.counts(db))
+      }
+      let local = read ?? (0, 0, [:])
       var lagSeconds = 0.0
       if context.logHead > context.place.applied, let log, log.isConnected {
         lagSeconds = (try? log.lagSeconds(context.replica, after: context.place.applied)) ?? 0
@@ -586,7 +604,11 @@ public final class Relay: @unchecked Sendable {
           name: context.storeName, localSequence: local.0, shipped: context.place.shipped, unshipped: local.1,
           logHead: context.logHead, applied: context.place.applied,
           lagChangeSets: max(0, context.logHead - context.place.applied), lagSeconds: lagSeconds,
-          conflicts: context.conflicts, heldRows: local.2))
+          conflicts: context.conflicts, heldRows: local.2.values.reduce(0, +)))
+      context.metrics.lagEntries.record(max(0, context.logHead - context.place.applied))
+      context.metrics.lagSeconds.record(lagSeconds)
+      // (A store that could not be read keeps the counts it last showed.)
+      if let read { context.metrics.held(read.2) }
     }
     let roundTrips = roundTripsBefore + (log?.roundTrips ?? 0)
     let (shipping, applying) = (shippingRoundTrips, applyingRoundTrips)

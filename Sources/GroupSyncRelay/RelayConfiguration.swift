@@ -1,3 +1,4 @@
+import CoreMetrics
 import Foundation
 
 /// How a relay connects a group folder to the other hosts.
@@ -35,6 +36,10 @@ public struct RelayConfiguration: Sendable {
   /// hold the rowid of another replicated row. They are translated like
   /// foreign keys (see ``RowReference``). Every host must declare the same.
   public var references: [RowReference]
+  /// Where the relay reports its metrics (see ``RelayMetrics``); nil for
+  /// the factory the program bootstrapped with `MetricsSystem.bootstrap(_:)`
+  /// (by default one that drops them).
+  public var metricsFactory: (any MetricsFactory)?
 
   public init(folder: String, conninfo: String, group: String? = nil, host: String? = nil) {
     self.folder = folder
@@ -48,5 +53,6 @@ public struct RelayConfiguration: Sendable {
     maximumReconnectDelay = .seconds(2)
     timeouts = RelayTimeouts()
     references = []
+    metricsFactory = nil
   }
 }

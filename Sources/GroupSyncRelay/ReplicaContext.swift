@@ -1,3 +1,4 @@
+import CoreMetrics
 import Foundation
 import GRDB
 import GroupSync
@@ -39,6 +40,8 @@ final class ReplicaContext: @unchecked Sendable {
   var shippedEntries: Int64 = 0
   var appliedEntries: Int64 = 0
   var conflicts: Int64 = 0
+  /// What the relay reports through swift-metrics for this store.
+  let metrics: ReplicaMetrics
   /// The store's schema version when the relay last reconciled with it
   /// (nil: not yet since it started).
   var schemaVersion: Int64?
@@ -64,7 +67,7 @@ final class ReplicaContext: @unchecked Sendable {
   init(
     store: Store, storeName: String, group: String, host: String, policy: ConflictPolicy, author: String,
     retention: Int64?, references: [RowReference] = [], stop: WakePipe? = nil, failpoints: RelayFailpoints = RelayFailpoints(nil),
-    emit: @escaping @Sendable (RelayEvent) -> Void
+    metricsFactory: (any MetricsFactory)? = nil, emit: @escaping @Sendable (RelayEvent) -> Void
   ) throws {
     self.store = store
     self.storeName = storeName
@@ -77,6 +80,7 @@ final class ReplicaContext: @unchecked Sendable {
     self.emit = emit
     self.stop = stop
     self.failpoints = failpoints
+    metrics = ReplicaMetrics(group: group, store: storeName, host: host, factory: metricsFactory)
     place = try store.write(author: author) { db in
       try RowIdentityMap.setUp(db)
       try HeldRows.setUp(db)
@@ -98,6 +102,20 @@ final class ReplicaContext: @unchecked Sendable {
     let written = try store.writeAndReturnChangeSet(author: author, body)
     skipOwn(written.changeSet)
     return written
+  }
+
+  /// Counts `count` entries applied here.
+  func countApplied(_ count: Int) {
+    appliedEntries += Int64(count)
+    metrics.applied.increment(by: count)
+  }
+
+  /// Tells of a conflict settled (or seen settled in an entry applied
+  /// here): counted, by rule, and emitted.
+  func tell(_ conflict: ConflictRecord) {
+    conflicts += 1
+    metrics.conflict(rule: conflict.rule)
+    emit(.conflict(conflict))
   }
 
   /// Moves the shipped place past `changeSet`, the relay's own, when it is

@@ -39,6 +39,7 @@ struct Shipper {
 
   /// Ships what is pending.
   func ship(_ log: SharedLog) throws -> Shipment {
+    let start = ContinuousClock.now
     guard let plan = try makePlan() else { return .nothing }
     for error in plan.unsupported { context.emit(.error(error.description)) }
     for warning in plan.warnings { context.emit(.error(warning)) }
@@ -56,6 +57,7 @@ struct Shipper {
     case .shipped(let position, let entry):
       try recordShipped(plan: plan, position: position, entry: entry)
       if context.place.applied == position { log.recordApplied(context.replica, through: position) }
+      ReplicaMetrics.record(context.metrics.shipDuration, since: start)
       return .shipped
     }
   }
@@ -360,18 +362,18 @@ struct Shipper {
     if appliedAsIs {
       context.place.applied = position
       context.place.appliedOrigin = origin
-      context.appliedEntries += 1
+      context.countApplied(1)
       context.emit(.applied(store: context.storeName, position: position, entries: 1, rows: 0, localSequence: nil))
     }
     // The log reaches this entry: the applier takes it (from the
     // notification it sent, or else from the log).
     context.logHead = max(context.logHead, position)
-    context.conflicts += Int64(entry.conflicts.count)
+    context.metrics.shipped.increment()
     context.emit(
       .shipped(
         store: context.storeName, position: position, localSequence: plan.through, changeSets: plan.changeSets,
         rows: entry.rowCount))
-    for conflict in entry.conflicts { context.emit(.conflict(conflict)) }
+    for conflict in entry.conflicts { context.tell(conflict) }
   }
 
   /// `values`, listed in the order of the JSON array `columns`, in the

@@ -2,6 +2,9 @@ import ArgumentParser
 import Foundation
 import GroupSync
 import GroupSyncRelay
+import GroupSyncRelayMetricsFile
+import Metrics
+import Prometheus
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -64,6 +67,35 @@ struct RelayCommand: ParsableCommand {
   var deadLinkTimeout: Double?
 
   @Option(
+    name: .long,
+    help: ArgumentHelp(
+      "Write the relay's metrics to this file in Prometheus's text format, for node_exporter's textfile collector.",
+      valueName: "path"))
+  var metricsFile: String?
+
+  @Option(name: .long, help: "Seconds between writes of the --metrics-file.")
+  var metricsInterval: Double = 5
+
+  /// With --metrics-file: the relay's metrics and its stores' go to the
+  /// file (written once now, so that a path that cannot be written stops
+  /// the relay as it starts); without it they are dropped, as by default.
+  private func openMetricsFile() throws -> MetricsFile? {
+    guard let metricsFile else { return nil }
+    guard metricsInterval > 0, metricsInterval.isFinite else {
+      throw ValidationError("--metrics-interval: a number of seconds above 0")
+    }
+    let registry = PrometheusCollectorRegistry()
+    MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+    do {
+      return try MetricsFile(
+        path: metricsFile, interval: .milliseconds(Int64(metricsInterval * 1000)), registry: registry)
+    } catch {
+      FileHandle.standardError.write(Data("groupsync-relay: \(error)\n".utf8))
+      throw ExitCode.failure
+    }
+  }
+
+  @Option(
     name: .customLong("reference"),
     help: ArgumentHelp(
       "A relation the schema does not declare: TABLE.COLUMN=PARENT[:set-null] (repeatable; every host the same).",
@@ -114,6 +146,9 @@ struct RelayCommand: ParsableCommand {
     }
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    let metrics = try openMetricsFile()
+    // The final figures, also when the relay gave up.
+    defer { metrics?.close() }
     let relay: Relay
     // A relay that gives up wakes the sigwait below, as a signal would.
     let mainThread = pthread_self()
@@ -131,6 +166,7 @@ struct RelayCommand: ParsableCommand {
       sigaddset(&signals, SIGINT)
       pthread_sigmask(SIG_BLOCK, &signals, nil)
       try relay.start()
+      metrics?.start()
       FileHandle.standardError.write(
         Data("groupsync-relay: host \(configuration.host), group \(configuration.group), relaying \(configuration.stores.joined(separator: ", "))\n".utf8))
       var received: Int32 = 0

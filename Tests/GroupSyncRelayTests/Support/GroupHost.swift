@@ -49,6 +49,10 @@ final class GroupHost: @unchecked Sendable {
   let folder: String
   var policy = "last-writer-wins"
   var retention: Int64?
+  /// Where the relay writes its metrics (`--metrics-file`), and how often
+  /// (`--metrics-interval`, seconds).
+  var metricsFile: String?
+  var metricsInterval = 0.2
   /// Relations declared to the relay (`--reference`).
   var references: [String] = []
   var conninfo: String
@@ -97,6 +101,7 @@ final class GroupHost: @unchecked Sendable {
     arguments += ["--host", name, "--policy", policy, "--poll-interval", "0.2"]
     if let retention { arguments += ["--retention", String(retention)] }
     for reference in references { arguments += ["--reference", reference] }
+    if let metricsFile { arguments += ["--metrics-file", metricsFile, "--metrics-interval", String(metricsInterval)] }
     var environment = ProcessInfo.processInfo.environment
     for (key, value) in extra { environment[key] = value }
     let (program, programArguments) = launch?(Executables.groupsync, arguments) ?? (Executables.groupsync, arguments)
