@@ -113,6 +113,16 @@ public enum ConnectionString {
   /// - Throws: ``RelayError/invalidConfiguration(_:)`` with libpq's reason,
   ///   its quoted parts elided when the string may hold a password.
   static func parse(_ conninfo: String) throws -> [(keyword: String, value: String)] {
+    try options(conninfo).given
+  }
+
+  /// The options `conninfo` sets, in libpq's order, and the names of those
+  /// it leaves unset that libpq's environment (`PGHOST`...) sets.
+  ///
+  /// - Throws: as ``parse(_:)``.
+  static func options(_ conninfo: String) throws -> (
+    given: [(keyword: String, value: String)], fromEnvironment: Set<String>
+  ) {
     var message: UnsafeMutablePointer<CChar>?
     guard let options = PQconninfoParse(conninfo, &message) else {
       let text = message.map { String(cString: $0) } ?? "out of memory"
@@ -122,13 +132,19 @@ public enum ConnectionString {
           + parseFailure(text.trimmingCharacters(in: .whitespacesAndNewlines), in: conninfo))
     }
     defer { PQconninfoFree(options) }
-    var given: [(String, String)] = []
+    var given: [(keyword: String, value: String)] = []
+    var fromEnvironment: Set<String> = []
     var index = 0
     while let keyword = options[index].keyword {
-      if let value = options[index].val { given.append((String(cString: keyword), String(cString: value))) }
+      let name = String(cString: keyword)
+      if let value = options[index].val {
+        given.append((name, String(cString: value)))
+      } else if let variable = options[index].envvar, getenv(variable) != nil {
+        fromEnvironment.insert(name)
+      }
       index += 1
     }
-    return given
+    return (given, fromEnvironment)
   }
 
   /// libpq's reason for refusing `conninfo`, safe to print. libpq quotes

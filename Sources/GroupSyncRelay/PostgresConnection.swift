@@ -295,35 +295,15 @@ final class PostgresConnection: @unchecked Sendable {
   private static func parameters(
     _ conninfo: String, timeouts: RelayTimeouts, applicationName: String?
   ) throws -> ([(String, String)], Int) {
-    var message: UnsafeMutablePointer<CChar>?
-    guard let options = PQconninfoParse(conninfo, &message) else {
-      let text = message.map { String(cString: $0) } ?? "out of memory"
-      if let message { PQfreemem(message) }
-      throw RelayError.invalidConfiguration(
-        "the PostgreSQL connection string: "
-          + ConnectionString.parseFailure(text.trimmingCharacters(in: .whitespacesAndNewlines), in: conninfo))
-    }
-    defer { PQconninfoFree(options) }
-    var given: [(String, String)] = []
-    var fromEnvironment: Set<String> = []
-    var index = 0
-    while let keyword = options[index].keyword {
-      let name = String(cString: keyword)
-      if let value = options[index].val {
-        given.append((name, String(cString: value)))
-      } else if let variable = options[index].envvar, getenv(variable) != nil {
-        fromEnvironment.insert(name)
-      }
-      index += 1
-    }
-    let set = Set(given.map(\.0)).union(fromEnvironment)
+    let (given, fromEnvironment) = try ConnectionString.options(conninfo)
+    let set = Set(given.map(\.keyword)).union(fromEnvironment)
     var defaults = timeouts.clientParameters
     if let applicationName { defaults.append(("application_name", applicationName)) }
     // Hosts may come from the environment too (an empty conninfo).
-    let hosts = given.first { $0.0 == "host" || $0.0 == "hostaddr" }?.1
+    let hosts = given.first { $0.keyword == "host" || $0.keyword == "hostaddr" }?.value
       ?? (getenv("PGHOST") ?? getenv("PGHOSTADDR")).map { String(cString: $0) } ?? ""
     let hostCount = max(1, hosts.split(separator: ",").count)
-    return (given + defaults.filter { !set.contains($0.0) }, hostCount)
+    return (given.map { ($0.keyword, $0.value) } + defaults.filter { !set.contains($0.0) }, hostCount)
   }
 
   private static func withCStringArrays<R>(
