@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CONFIG ?= debug
 BIN = .build/$(CONFIG)/groupsync
 
-.PHONY: help deps deps-postgres deps-test demo-hosts build docs test test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick bench-peers bench-tools pg-start clean
+.PHONY: help deps deps-libpq deps-postgres deps-test demo-hosts build docs test test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick bench-peers bench-tools pg-start clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -17,11 +17,18 @@ deps: ## Install libuv and SQLite headers with apt-get if they are missing
 
 # The relay (GroupSyncRelay, groupsync-relay) links libpq, and its tests
 # start a throw-away PostgreSQL server: Debian's packages, as root.
-# SwiftPM finds libpq's headers through pkg-config (libpq.pc).
-deps-postgres: ## Install PostgreSQL, libpq-dev and pkg-config with apt-get if they are missing
-	@if ! pkg-config --exists libpq 2>/dev/null || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
-	  echo "installing postgresql libpq-dev pkgconf"; \
-	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql libpq-dev pkgconf; \
+# SwiftPM finds libpq's headers through pkg-config (libpq.pc). Building
+# and installing the relay needs the client library only; its tests and
+# the benchmarks need the server too.
+deps-libpq: ## Install libpq-dev and pkg-config with apt-get if they are missing
+	@if ! pkg-config --exists libpq 2>/dev/null; then \
+	  echo "installing libpq-dev pkgconf"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y libpq-dev pkgconf; \
+	fi
+deps-postgres: deps-libpq ## Install PostgreSQL (and libpq-dev) with apt-get if they are missing
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  echo "installing postgresql"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql; \
 	fi
 
 # The terminal tests (query --live, status --watch) drive a real terminal
@@ -34,7 +41,7 @@ deps-test: deps-postgres ## Install tmux, iproute2 and openssl (and PostgreSQL) 
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y tmux iproute2 openssl; \
 	fi
 
-build: deps deps-postgres ## Build the library, the groupsync tool and the relay
+build: deps deps-libpq ## Build the library, the groupsync tool and the relay
 	$(SWIFT) build -c $(CONFIG)
 
 test: deps docs test-c test-swift test-asan test-tsan install-check ## Run every test: the docs (warnings are errors), C under ASan, Swift (plain, ASan, TSan), install
@@ -46,7 +53,7 @@ test: deps docs test-c test-swift test-asan test-tsan install-check ## Run every
 # web server, or `docc preview` a catalog.
 DOCS = .build/docs
 DOC_TARGETS = GroupSync GroupSyncServices GroupSyncRelay
-docs: deps deps-postgres ## Build the DocC documentation of every product into .build/docs/TARGET (warnings are errors)
+docs: deps deps-libpq ## Build the DocC documentation of every product into .build/docs/TARGET (warnings are errors)
 	@mkdir -p $(DOCS)
 	@for target in $(DOC_TARGETS); do \
 	  echo "documentation: $$target"; \
@@ -121,7 +128,7 @@ lib: deps ## Build libGroupSyncShared.so (release)
 	$(SWIFT) build -c release --product GroupSyncShared
 
 # `groupsync relay` runs the groupsync-relay beside it: both are installed.
-install: lib deps-postgres ## Install the shared library, its modules (GroupSync, GRDB, swift-log, swift-metrics), the CLI and the relay under PREFIX
+install: lib deps-libpq ## Install the shared library, its modules (GroupSync, GRDB, swift-log, swift-metrics), the CLI and the relay under PREFIX
 	$(SWIFT) build -c release --product groupsync
 	$(SWIFT) build -c release --product groupsync-relay
 	install -d $(PREFIX)/lib $(PREFIX)/bin $(PREFIX)/include/CGroupSync $(PREFIX)/include/GRDBSQLite $(PREFIX)/lib/swift/linux
