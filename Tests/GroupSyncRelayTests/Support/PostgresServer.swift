@@ -36,7 +36,7 @@ final class PostgresServer: @unchecked Sendable {
 
   let folder: String
   /// The unix socket's port, and the TCP port when ``Options/tcp``.
-  let port: Int
+  private(set) var port: Int
   let options: Options
   private let bin: String
 
@@ -73,8 +73,33 @@ final class PostgresServer: @unchecked Sendable {
     if options.tcp { try configureTCP() }
   }
 
-  /// Starts the server and waits until it accepts connections.
+  /// Starts the server and waits until it accepts connections. A TCP port
+  /// is free when picked but may be taken before the server binds it (by
+  /// another test's server, or a connection's own end): the server then
+  /// starts again on another, up to three times. A failure says what the
+  /// server's log says.
   func start() throws {
+    for attempt in 1... {
+      do {
+        try startOnce()
+        break
+      } catch {
+        let log = (try? String(contentsOfFile: "\(folder)/server.log", encoding: .utf8)) ?? ""
+        if options.tcp, attempt < 3, log.contains("could not bind") || log.contains("already in use") {
+          port = try Self.freePort()
+          continue
+        }
+        throw RelayTestFailure("\(error)\nserver.log: \(log.suffix(2000))")
+      }
+    }
+    try startWatchdog()
+    if let password = options.password {
+      // Stored as a scram-sha-256 verifier (the server's default).
+      _ = try query("ALTER ROLE postgres PASSWORD '\(password.replacingOccurrences(of: "'", with: "''"))'")
+    }
+  }
+
+  private func startOnce() throws {
     // TCP on 127.0.0.1 alone: never another address of the machine.
     let addresses = options.tcp ? "127.0.0.1" : "''"
     var settings = "-c listen_addresses=\(addresses) -k \(folder) -p \(port) -c fsync=off -c max_connections=60"
@@ -84,11 +109,6 @@ final class PostgresServer: @unchecked Sendable {
     try asPostgres(
       "\(bin)/pg_ctl",
       ["-D", "\(folder)/data", "-l", "\(folder)/server.log", "-w", "-t", "60", "-o", settings, "start"])
-    try startWatchdog()
-    if let password = options.password {
-      // Stored as a scram-sha-256 verifier (the server's default).
-      _ = try query("ALTER ROLE postgres PASSWORD '\(password.replacingOccurrences(of: "'", with: "''"))'")
-    }
   }
 
   /// Who may connect over TCP (pg_hba.conf), and the TLS files, which the
