@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CONFIG ?= debug
 BIN = .build/$(CONFIG)/groupsync
 
-.PHONY: help deps deps-libpq deps-postgres deps-test demo-hosts build docs test test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick bench-peers bench-tools pg-start clean
+.PHONY: help deps deps-libpq deps-postgres deps-test demo-hosts build docs test check test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick bench-peers bench-tools pg-start clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -44,7 +44,6 @@ deps-test: deps-postgres ## Install tmux, iproute2 and openssl (and PostgreSQL) 
 build: deps deps-libpq ## Build the library, the groupsync tool and the relay
 	$(SWIFT) build -c $(CONFIG)
 
-test: deps docs test-c test-swift test-asan test-tsan install-check ## Run every test: the docs (warnings are errors), C under ASan, Swift (plain, ASan, TSan), install
 
 # The DocC catalogs of every library product (GroupSync, GroupSyncServices,
 # GroupSyncRelay; Sources/TARGET/TARGET.docc) and every symbol's
@@ -62,33 +61,92 @@ docs: deps deps-libpq ## Build the DocC documentation of every product into .bui
 	    --hosting-base-path $$target || exit 1; \
 	done
 
-# The relay's suite (servers, standbys, network namespaces, many processes)
-# runs after the others, not beside them: its load would stretch the
-# timed waits of the core's multi-process tests, under a sanitizer most.
+# The Swift tests, in two test processes per pass: the core's suites (the
+# library, the CLI across real processes) and the relay's (across hosts,
+# against throw-away PostgreSQL servers). In each, tests run side by side:
+# every test has folders, servers, ports and namespaces of its own. Two
+# processes, so that neither's waits starve the other's few threads.
+# `make check` runs them plain; `make test` plain, under AddressSanitizer
+# and under ThreadSanitizer.
 RELAY_TESTS = GroupSyncRelayTests
-test-swift: deps deps-test ## Run the Swift tests (library, CLI across real processes; then the relay's)
-	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build --skip $(RELAY_TESTS)
-	$(SWIFT) test --skip-build --filter $(RELAY_TESTS)
+BUILD_TESTS = $(SWIFT) build --build-tests
+RUN_TESTS = $(SWIFT) test --skip-build
+check: deps deps-test ## The edit-test loop: the Swift tests, plain (no sanitizer, no docs, no install; ~3 min warm)
+	$(BUILD_TESTS)
+	$(RUN_TESTS) --skip $(RELAY_TESTS)
+	$(RUN_TESTS) --filter $(RELAY_TESTS)
+test-swift: check
 
 # The Swift tests again, built with AddressSanitizer in a build folder of
 # their own; the CLI they start is the ASan build too. LeakSanitizer is off:
 # Swift reports the weak-reference side tables of process-wide singletons
 # still alive at exit, which are not leaks.
-ASAN_ENV = GROUPSYNC_BIN=$(CURDIR)/.build-asan/debug/groupsync GROUPSYNC_SANITIZER=address \
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
+ASAN_BUILD = $(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan
+ASAN_TESTS = GROUPSYNC_BIN=$(CURDIR)/.build-asan/debug/groupsync GROUPSYNC_SANITIZER=address \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+	$(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan
 test-asan: deps deps-test ## Run the Swift tests under AddressSanitizer (.build-asan)
-	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan
-	$(ASAN_ENV) $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan --skip $(RELAY_TESTS)
-	$(ASAN_ENV) $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan --filter $(RELAY_TESTS)
+	$(ASAN_BUILD)
+	$(ASAN_TESTS) --skip $(RELAY_TESTS)
+	$(ASAN_TESTS) --filter $(RELAY_TESTS)
 
 # ThreadSanitizer sees the library's locks (pthread mutexes, see
-# Support/Locked.swift); Synchronization.Mutex's futex it could not.
-TSAN_ENV = GROUPSYNC_BIN=$(CURDIR)/.build-tsan/debug/groupsync GROUPSYNC_SANITIZER=thread
+# Support/Locked.swift); Synchronization.Mutex's futex it could not. A
+# TSan process sleeps a second at exit by default (atexit_sleep_ms), for
+# threads still running to report: the tests start hundreds of processes,
+# whose races are reported when they happen, not at exit.
+TSAN_BUILD = $(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
+TSAN_TESTS = GROUPSYNC_BIN=$(CURDIR)/.build-tsan/debug/groupsync GROUPSYNC_SANITIZER=thread \
+	TSAN_OPTIONS=atexit_sleep_ms=0 \
+	$(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan
 test-tsan: deps deps-test ## Run the Swift tests under ThreadSanitizer (.build-tsan)
-	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
-	$(TSAN_ENV) $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan --skip $(RELAY_TESTS)
-	$(TSAN_ENV) $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan --filter $(RELAY_TESTS)
+	$(TSAN_BUILD)
+	$(TSAN_TESTS) --skip $(RELAY_TESTS)
+	$(TSAN_TESTS) --filter $(RELAY_TESTS)
+
+# `make test` runs its phases side by side where nothing orders them
+# (TEST_JOBS at once): the three builds are in folders of their own, the
+# TSan build starts once the plain one is done, the docs reuse the plain
+# build (SwiftPM lets one command at a time use a build folder) and the
+# release build of the install check comes last. Each phase's output goes
+# to the console once it ends, in one piece, and, as it runs, to
+# $(TEST_REPORT)/PHASE.log; at the end Scripts/test-summary.sh prints each
+# phase's time, the tests each pass ran and the ten slowest tests.
+TEST_REPORT = .build/test-report
+TIMED = TEST_REPORT=$(TEST_REPORT) Scripts/timed.sh
+TEST_JOBS ?= 3
+test: deps deps-test ## Run every test: the docs (warnings are errors), C under ASan, Swift (plain, ASan, TSan), install
+	@rm -rf $(TEST_REPORT) && mkdir -p $(TEST_REPORT)
+	@status=0; $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-phases || status=$$?; \
+	  Scripts/test-summary.sh $(TEST_REPORT); exit $$status
+
+PHASES = build plain-core plain-relay docs c install asan-build asan-core asan-relay tsan-build tsan-core tsan-relay
+.PHONY: test-phases $(addprefix phase-,$(PHASES))
+test-phases: phase-tsan-core phase-tsan-relay phase-asan-core phase-asan-relay phase-install phase-c
+phase-build:
+	@$(TIMED) build $(BUILD_TESTS)
+phase-plain-core: phase-build
+	@$(TIMED) plain-core $(RUN_TESTS) --skip $(RELAY_TESTS)
+phase-plain-relay: phase-build
+	@$(TIMED) plain-relay $(RUN_TESTS) --filter $(RELAY_TESTS)
+phase-docs: phase-plain-core phase-plain-relay
+	@$(TIMED) docs $(MAKE) --no-print-directory docs
+phase-install: phase-docs
+	@$(TIMED) install $(MAKE) --no-print-directory install-check
+phase-c:
+	@$(TIMED) c $(MAKE) --no-print-directory test-c
+phase-asan-build:
+	@$(TIMED) asan-build $(ASAN_BUILD)
+phase-asan-core: phase-asan-build
+	@$(TIMED) asan-core $(ASAN_TESTS) --skip $(RELAY_TESTS)
+phase-asan-relay: phase-asan-build
+	@$(TIMED) asan-relay $(ASAN_TESTS) --filter $(RELAY_TESTS)
+phase-tsan-build: phase-build
+	@$(TIMED) tsan-build $(TSAN_BUILD)
+phase-tsan-core: phase-tsan-build
+	@$(TIMED) tsan-core $(TSAN_TESTS) --skip $(RELAY_TESTS)
+phase-tsan-relay: phase-tsan-build
+	@$(TIMED) tsan-relay $(TSAN_TESTS) --filter $(RELAY_TESTS)
 
 test-c: deps ## Run the C capture's test and the watcher's stress test under AddressSanitizer
 	@mkdir -p .build

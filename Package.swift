@@ -104,10 +104,13 @@ let package = Package(
       ],
       path: "Benchmarks/groupsync-bench"
     ),
+    // What both test targets share: the trait that times each test case.
+    .target(name: "GroupSyncTestSupport", path: "Tests/GroupSyncTestSupport"),
     .testTarget(
       name: "GroupSyncTests",
       dependencies: [
         "GroupSync",
+        "GroupSyncTestSupport",
         "GroupSyncServices",
         "CGroupSync",
         "GroupSyncProcess",
@@ -121,7 +124,8 @@ let package = Package(
     .testTarget(
       name: "GroupSyncRelayTests",
       dependencies: [
-        "GroupSync", "GroupSyncRelay", "GroupSyncProcess", "CLibPQ", .product(name: "GRDB", package: "GRDB.swift"),
+        "GroupSync", "GroupSyncRelay", "GroupSyncProcess", "GroupSyncTestSupport", "CLibPQ",
+        .product(name: "GRDB", package: "GRDB.swift"),
         .product(name: "MetricsTestKit", package: "swift-metrics"),
       ]
     ),

@@ -34,6 +34,9 @@ public final class ChildProcess: @unchecked Sendable {
     public let timedOut: Bool
     public let stdout: String
     public let stderr: String
+    /// Its own peak resident memory in KiB (`ru_maxrss` of `wait4`), not
+    /// that of the other children of this process.
+    public let peakResidentKiB: Int
 
     /// Whether it exited with status 0 on its own.
     public var succeeded: Bool { status == 0 && !signalled && !timedOut }
@@ -47,6 +50,8 @@ public final class ChildProcess: @unchecked Sendable {
   private let condition = NSCondition()
   /// The wait status once it was reaped.
   private var waitStatus: Int32?
+  /// Its peak resident memory (KiB) once it was reaped.
+  private var peakResidentKiB = 0
   private var output = Data()
   private var errors = Data()
   /// Where the next `readLine` starts in `output`.
@@ -207,9 +212,13 @@ public final class ChildProcess: @unchecked Sendable {
   private func reap() -> Int32? {
     if waitStatus == nil {
       var status: Int32 = 0
+      var usage = rusage()
       var result: pid_t
-      repeat { result = waitpid(pid, &status, WNOHANG) } while result < 0 && errno == EINTR
-      if result == pid { waitStatus = status }
+      repeat { result = wait4(pid, &status, WNOHANG, &usage) } while result < 0 && errno == EINTR
+      if result == pid {
+        waitStatus = status
+        peakResidentKiB = usage.ru_maxrss
+      }
     }
     return waitStatus
   }
@@ -332,7 +341,7 @@ public final class ChildProcess: @unchecked Sendable {
       return Result(
         status: signal == 0 ? (status >> 8) & 0xff : signal, signalled: signal != 0,
         timedOut: timedOut, stdout: String(decoding: output, as: UTF8.self),
-        stderr: String(decoding: errors, as: UTF8.self))
+        stderr: String(decoding: errors, as: UTF8.self), peakResidentKiB: peakResidentKiB)
     }
   }
 

@@ -1,5 +1,6 @@
 import Foundation
 import GroupSyncProcess
+import GroupSyncTestSupport
 import Testing
 @testable import GroupSyncRelay
 #if canImport(Glibc)
@@ -9,7 +10,7 @@ import Glibc
 /// Credentials never on a command line: the relay takes its password from
 /// libpq's password file or a connection file only its owner can read,
 /// refuses one on the command line, and prints it nowhere.
-@Suite(.serialized)
+@Suite(.timed)
 struct RelayCredentialsTests {
   // MARK: Connecting with a password
 

@@ -1,13 +1,14 @@
 import Foundation
 import GroupSync
 import GroupSyncProcess
+import GroupSyncTestSupport
 import Testing
 @testable import GroupSyncRelay
 
 /// PostgreSQL fails over: a primary with a streaming standby, relays given
 /// both in a multi-host conninfo (`target_session_attrs=read-write`); the
 /// primary dies and the standby is promoted.
-extension RelayTests {
+@Suite(.timed) struct RelayFailoverTests {
   /// Hosts "a" and "b" reaching the pair through its multi-host conninfo.
   static func hostsOnPair(_ pair: StandbyPair, root: HostsFolder) async throws -> (GroupHost, GroupHost) {
     let a = try await GroupHost("a", root: root.path, conninfo: pair.conninfo)

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import GroupSync
 import GroupSyncProcess
+import GroupSyncTestSupport
 import Testing
 @testable import GroupSyncRelay
 #if canImport(Glibc)
@@ -9,7 +10,7 @@ import Glibc
 #endif
 
 /// Crashes, kills, outages, purges and refusals.
-extension RelayTests {
+@Suite(.timed) struct RelayFailureTests {
   /// A writer committed everything: it exited 0, or 3 (committed, but a
   /// listener folder of a SIGKILLed relay vanished under its delivery;
   /// that listener reads history when it comes back).
@@ -322,7 +323,7 @@ extension RelayTests {
   }
 }
 
-extension RelayTests {
+extension RelayFailureTests {
   /// A deletes its newest row; before the deletion ships, A's relay
   /// applies a row from B, which SQLite would give the deleted row's rowid.
   /// The applier gives it a fresh one, so the deletion still ships under

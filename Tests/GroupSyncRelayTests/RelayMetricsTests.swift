@@ -4,6 +4,7 @@ import GRDB
 import GroupSync
 import GroupSyncProcess
 import MetricsTestKit
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSyncRelay
@@ -17,7 +18,7 @@ import Glibc
 /// `TestMetrics` of its own through ``RelayConfiguration/metricsFactory``
 /// (no global bootstrap), and the `groupsync-relay` process's
 /// `--metrics-file`.
-@Suite(.serialized)
+@Suite(.timed)
 struct RelayMetricsTests {
   /// The dimensions of host `host`'s replica of the main store.
   private static func store(_ host: String) -> [(String, String)] {

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import GroupSync
 import GroupSyncProcess
+import GroupSyncTestSupport
 import Testing
 @testable import GroupSyncRelay
 #if canImport(Glibc)
@@ -11,7 +12,7 @@ import Glibc
 /// A row is the same row on every host: columns that refer to rowids
 /// (which are each host's own) keep pointing at the same row everywhere.
 /// Replicas are compared by joins, never by ids.
-extension RelayTests {
+@Suite(.timed) struct RelayReferenceTests {
   static let foldersSchema = """
     CREATE TABLE folder(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
     CREATE TABLE item(id INTEGER PRIMARY KEY, folder_id INTEGER NOT NULL REFERENCES folder(id),

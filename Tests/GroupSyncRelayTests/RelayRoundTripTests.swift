@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import GroupSync
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSyncRelay
@@ -9,7 +10,7 @@ import Testing
 /// connections against a real server: a shipment costs one, an entry the
 /// notification carried costs none, a larger one is read back, and the
 /// applied place rides on the next round trip.
-extension RelayTests {
+@Suite(.timed) struct RelayRoundTripTests {
   /// Two hosts' stores driven by hand (no relay processes), each with a
   /// connection of its own, as a relay has them.
   private struct Pair {

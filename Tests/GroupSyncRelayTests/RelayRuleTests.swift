@@ -1,12 +1,13 @@
 import Foundation
 import GroupSync
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSyncRelay
 
 /// The relay's rules that need no server: its backoff, how it tells
 /// PostgreSQL errors apart, and how it words a recovery.
-extension RelayTests {
+@Suite(.timed) struct RelayRuleTests {
   @Test func theReconnectDelayDoublesUpToItsMaximumAndStartsOverAfterASuccess() {
     var backoff = ReconnectBackoff(maximum: .milliseconds(300))
     let delays = (0..<5).map { _ in backoff.next() }

@@ -1,5 +1,6 @@
 import Foundation
 import GroupSyncProcess
+import GroupSyncTestSupport
 import Testing
 @testable import GroupSyncRelay
 #if canImport(Glibc)
@@ -9,7 +10,7 @@ import Glibc
 /// The relay over TLS with `sslmode=verify-full`, against a throw-away
 /// server whose certificate a certificate authority made in the test
 /// signed; the server refuses connections without TLS.
-@Suite(.serialized)
+@Suite(.timed)
 struct RelayTLSTests {
   /// Two relays verify the server against the test's authority, one told
   /// so by its connection string, the other by libpq's environment alone

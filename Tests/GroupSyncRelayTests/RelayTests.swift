@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import GroupSync
 import GroupSyncProcess
+import GroupSyncTestSupport
 import Testing
 @testable import GroupSyncRelay
 #if canImport(Glibc)
@@ -12,7 +13,7 @@ import Glibc
 /// a group folder of its own with its own `groupsync relay` process, and
 /// writers and listeners are `groupsync exec` and `groupsync watch`
 /// processes.
-@Suite(.serialized)
+@Suite(.timed)
 struct RelayTests {
   @Test func aCommitReachesTheOtherHostWithItsValuesAndItsListeners() async throws {
     try await PostgresServer.with { server in

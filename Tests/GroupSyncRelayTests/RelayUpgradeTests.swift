@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import GroupSync
 import GroupSyncProcess
+import GroupSyncTestSupport
 import Testing
 @testable import GroupSyncRelay
 #if canImport(Glibc)
@@ -11,7 +12,7 @@ import Glibc
 /// Hosts upgraded one at a time: while their schemas differ, additive
 /// changes never stop replication; changes that are not additive wait,
 /// named, and resume once the schemas agree.
-extension RelayTests {
+@Suite(.timed) struct RelayUpgradeTests {
   /// The default schema's `note`, column by column by name (a column a
   /// migration added comes last on one host and elsewhere on another).
   static let notesByName = "SELECT title, body, n, x, hex(b) FROM note"

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 @testable import GroupSync
 import Synchronization
+import GroupSyncTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -9,7 +10,7 @@ import Glibc
 #endif
 
 /// The `groupsync` command-line tool, run as a real process.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct CLITests {
   static let schema = """
     CREATE TABLE items(id INTEGER PRIMARY KEY, body TEXT NOT NULL DEFAULT '');
@@ -311,7 +312,7 @@ struct CLITests {
         while !watch.stderr.contains("listening as") && watch.isRunning { usleep(200) }
         watch.signal(SIGTERM)
       }
-      let exited = try await ProcessHarness.exitsOnItsOwn(watch, within: 5)
+      let exited = try await ProcessHarness.exitsOnItsOwn(watch, within: 60)
       #expect(exited, "round \(round): SIGTERM sent right after 'listening as' was lost")
       let result = try await ProcessHarness.finish(watch, timeout: 1)
       if !exited { break }

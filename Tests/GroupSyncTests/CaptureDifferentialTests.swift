@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
@@ -20,7 +21,7 @@ import Testing
 // A failure prints its seed and transaction, the violations, and a
 // reproducer verified and minimized on a fresh store.
 
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct CaptureDifferentialTests {
   @Test(arguments: [1, 2, 3] as [UInt64])
   func shortSeededRun(seed: UInt64) throws {

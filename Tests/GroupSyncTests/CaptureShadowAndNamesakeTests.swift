@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
@@ -8,7 +9,7 @@ import Testing
 /// a write straight into a full-text table's document shadow tables, and a
 /// trigger (or index) that shares its name with a table, an index or a
 /// view (SQLite keeps triggers in a namespace of their own).
-@Suite struct CaptureShadowAndNamesakeTests {
+@Suite(.timed) struct CaptureShadowAndNamesakeTests {
   /// The statements that write the documents table of `module`, for a
   /// table `t(x)`: delete document 1, change document 2.
   static func shadowWrites(_ module: String) -> (delete: String, update: String) {

@@ -1,12 +1,13 @@
 import Foundation
 import GRDB
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
 
 /// The C capture's edge cases, seen through the change sets a store
 /// produces, on both hooks.
-@Suite(.serialized) struct CaptureTests {
+@Suite(.serialized, .timed) struct CaptureTests {
   static let hooks = [false, true]  // captureWithoutPreUpdateHook
 
   let folder: TemporaryFolder

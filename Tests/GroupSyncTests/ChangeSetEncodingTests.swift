@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
@@ -7,7 +8,7 @@ import GroupSyncProcess
 
 /// The change-set encoding, version 2: round trips, pinned bytes, a Python
 /// reader, and a decoder that rejects every malformed input with a reason.
-@Suite struct ChangeSetEncodingTests {
+@Suite(.timed) struct ChangeSetEncodingTests {
   static let store = UUID(uuidString: "6F9619FF-8B86-D011-B42D-00C04FC964FF")!
 
   static let sample = ChangeSet(

@@ -1,5 +1,6 @@
 import Foundation
 import GroupSyncProcess
+import GroupSyncTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -8,7 +9,7 @@ import Glibc
 
 /// The one child-process helper of the demo, the benchmark and the tests,
 /// on small shell programs.
-@Suite
+@Suite(.timed)
 struct ChildProcessTests {
   @Test func linesSentOnStdinComeBackOneByOne() throws {
     let child = try ChildProcess(executable: "/bin/cat", arguments: [])

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
@@ -16,7 +17,7 @@ private struct CacheItem: Codable, FetchableRecord, PersistableRecord, Equatable
 /// Contexts over every store of a group, as Core Data's one coordinator
 /// over several stores: lookup and fetches by store, merges routed by
 /// store, a read-only seed store replaced underneath, saves per store.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct ContextStoresTests {
   let folder: TemporaryFolder
   let group: GroupFolder

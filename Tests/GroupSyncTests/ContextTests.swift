@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
@@ -12,7 +13,7 @@ private struct RankedNote: Codable, FetchableRecord, PersistableRecord, Equatabl
 }
 
 /// Contexts in one process: identity, faults, merging, saving, policies.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct ContextTests {
   let folder: TemporaryFolder
   let group: GroupFolder

@@ -1,5 +1,6 @@
 import Foundation
 import GroupSyncProcess
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
@@ -10,7 +11,7 @@ import Glibc
 
 /// The folders that listeners of killed processes leave under `listeners/`:
 /// an ephemeral one's goes, a durable one's stays.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct DeadListenerTests {
   /// The name a `groupsync watch` child listens as, from its stderr.
   private static func listenerName(_ child: ChildProcess) throws -> String {

@@ -1,12 +1,13 @@
 import Foundation
 import GRDB
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
 import GroupSyncProcess
 
 /// Group defaults and the group notification center, in one process.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct DefaultsTests {
   let folder: TemporaryFolder
   init() throws { folder = try TemporaryFolder() }
@@ -129,7 +130,7 @@ struct DefaultsTests {
 }
 
 /// Group defaults and notifications across real processes.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct DefaultsAcrossProcessesTests {
   @Test func twoProcessesSettingKeysLoseNothingAndObserversSeeEveryChange() async throws {
     let folder = try TemporaryFolder()

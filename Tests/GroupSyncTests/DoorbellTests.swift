@@ -1,10 +1,11 @@
 import Foundation
 @testable import GroupSync
+import GroupSyncTestSupport
 import Testing
 
 /// `GroupFolder.doorbell(_:)`: rings on each commit, of this process or
 /// another, and empties its inbox without reading what arrives.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct DoorbellTests {
   /// Rings counted, and waited for.
   final class Rings: Sendable {
@@ -15,7 +16,7 @@ struct DoorbellTests {
     var value: Int { count.withLock { $0 } }
 
     /// Waits until at least `expected` rings came, or `timeout` passed.
-    func wait(for expected: Int, timeout: Duration = .seconds(10)) async -> Bool {
+    func wait(for expected: Int, timeout: Duration = .seconds(60)) async -> Bool {
       await DoorbellTests.eventually(within: timeout) { value >= expected }
     }
   }

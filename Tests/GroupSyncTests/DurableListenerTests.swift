@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
@@ -11,7 +12,7 @@ import Glibc
 /// Durable listeners keep their place while their process is not running,
 /// replay what they missed from the history, and are told explicitly when
 /// their place expired.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct DurableListenerTests {
   static let schema = ListenerFixture.schema
   static let insert = ListenerFixture.insert

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import GroupSyncProcess
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
@@ -9,7 +10,7 @@ import Testing
 /// virtual tables. Each example is one whole transaction on a table
 /// `t(id INTEGER PRIMARY KEY, v)` holding rows 1, 2, 3, run through the
 /// library and through `groupsync exec`.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct ExactCaptureTests {
   static let schema = "CREATE TABLE t(id INTEGER PRIMARY KEY, v); INSERT INTO t(id, v) VALUES (1, 'a'), (2, 'b'), (3, 'c');"
 
@@ -304,7 +305,7 @@ struct ExactCaptureTests {
 /// What must run outside a transaction (VACUUM renumbers rowids of tables
 /// without an INTEGER PRIMARY KEY) is told as a change set that invalidates
 /// every table.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct OutsideTransactionTests {
   @Test func vacuumThroughTheLibraryInvalidatesEveryTable() throws {
     let folder = try TemporaryFolder()
@@ -353,7 +354,7 @@ struct OutsideTransactionTests {
 }
 
 /// Table names SQLite accepts round-trip and stay apart.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct TableNameCaptureTests {
   @Test func nfcAndNfdNamesAreTwoTablesAndTheEmptyNameWorks() async throws {
     let folder = try TemporaryFolder()

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
@@ -10,7 +11,7 @@ import Glibc
 
 /// Failure paths not covered elsewhere: each gives a clear error or a
 /// reset, and nothing in the store is lost.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct FailurePathTests {
   @Test func anInProcessBacklogOverItsBoundIsOneReset() async throws {
     let folder = try TemporaryFolder()

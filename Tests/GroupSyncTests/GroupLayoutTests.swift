@@ -1,8 +1,9 @@
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
 
-@Suite struct GroupLayoutTests {
+@Suite(.timed) struct GroupLayoutTests {
   @Test(arguments: [Int64(1), 42, 7919, 1_000_000, 9_999_999_999_999_999, Int64.max])
   func fileNamesRoundTrip(_ sequence: Int64) {
     let name = GroupLayout.fileName(sequence: sequence)

@@ -1,12 +1,13 @@
 import Foundation
 import GRDB
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
 
 /// The store's history: every change set appended in its own transaction,
 /// read back in order, purged by retention, printed by `groupsync log`.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct HistoryTests {
   let folder: TemporaryFolder
   init() throws { folder = try TemporaryFolder() }
@@ -119,7 +120,7 @@ struct HistoryTests {
 }
 
 /// `groupsync show`: a change-set file or a history entry, as JSON.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct ShowCommandTests {
   @Test func showPrintsAFileAndAHistoryEntry() async throws {
     let folder = try TemporaryFolder()

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import GroupSyncProcess
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
@@ -11,8 +12,9 @@ import Glibc
 
 /// Another process of the same user may plant anything in the group
 /// folder. Each test keeps a decoy file and a decoy folder outside the group
-/// whose bytes and times must not change, whatever happens inside.
-@Suite(.serialized)
+/// whose bytes and times must not change, whatever happens inside. Each
+/// test has folders of its own: they run side by side.
+@Suite(.timed)
 struct HostileFolderTests {
   static let schema = ListenerFixture.schema
   static let insert = ListenerFixture.insert
@@ -206,12 +208,11 @@ struct HostileFolderTests {
     let inbox = group.layout.inbox("victim")
     try FileManager.default.removeItem(atPath: inbox)
     try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
-    _ = try await ListenerHarness.nextReset(listener, timeout: .seconds(5))
-    let started = ContinuousClock.now
+    _ = try await ListenerHarness.nextReset(listener, timeout: .seconds(60))
     let written = try await ProcessHarness.exec(directory, Self.insert)
-    let changeSet = try await ListenerHarness.nextChanges(listener, timeout: .seconds(5))
+    // Delivered within a minute, so by inotify: the next rescan is an hour away.
+    let changeSet = try await ListenerHarness.nextChanges(listener, timeout: .seconds(60))
     #expect(ChangeSetLine(changeSet) == written[0])
-    #expect(ContinuousClock.now - started < .seconds(2), "delivered by inotify, not by a rescan")
   }
 
   // MARK: Bad names, floods, leftovers
@@ -290,13 +291,18 @@ struct HostileFolderTests {
     // A writer commits throughout, while junk lands under the names of the
     // sequences it commits (a real file may be replaced by junk) and forged
     // files far beyond the store's sequence, a drop every 20 ms.
+    // The drops come from a thread of their own: a sleep on the cooperative
+    // pool, shared with the tests beside this one, may last seconds on a
+    // busy machine, and junk two seconds apart is two acts.
     let writer = try CLI.start(["exec", directory, "--repeat", "20", Self.insert[0]])
-    for round in Int64(1)...60 {
-      for sequence in [base + round / 2, base + 5000 + round] {
-        try ProcessHarness.placeAtomically(
-          Array("junk \(round)".utf8), at: inbox + "/" + GroupLayout.fileName(sequence: sequence), staging: staging)
+    try await ProcessHarness.onThread {
+      for round in Int64(1)...60 {
+        for sequence in [base + round / 2, base + 5000 + round] {
+          try ProcessHarness.placeAtomically(
+            Array("junk \(round)".utf8), at: inbox + "/" + GroupLayout.fileName(sequence: sequence), staging: staging)
+        }
+        usleep(20_000)
       }
-      try await Task.sleep(for: .milliseconds(20))
     }
     #expect(try await ProcessHarness.finish(writer, timeout: 120).status == 0)
     let last = try await ProcessHarness.exec(directory, Self.insert)

@@ -3,6 +3,7 @@ import Foundation
 import GRDB
 import GroupSyncProcess
 import MetricsTestKit
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
@@ -11,7 +12,7 @@ import Testing
 /// MetricsTestKit's backend: each test hands a `TestMetrics` of its own to
 /// the store and listener options; one test checks the process-wide
 /// factory, bootstrapped once for the whole test process.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct MetricsTests {
   /// A group whose stores report to `metrics`.
   private static func group(_ folder: TemporaryFolder, metrics: TestMetrics) async throws -> GroupFolder {

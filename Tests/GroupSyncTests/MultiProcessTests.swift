@@ -1,6 +1,7 @@
 import Foundation
 @testable import GroupSync
 import GroupSyncProcess
+import GroupSyncTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -10,7 +11,7 @@ import Glibc
 /// Real `groupsync` writer and listener processes on one group folder:
 /// every listener receives every committed change set, in commit order,
 /// exactly once, with the IDs the writer committed.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct MultiProcessTests {
   /// A rowid table and a WITHOUT ROWID table; the seed row gives the
   /// schema a sequence of its own.

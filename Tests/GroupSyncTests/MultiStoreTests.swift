@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 @testable import GroupSync
 import GroupSyncProcess
+import GroupSyncTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -12,7 +13,7 @@ import Glibc
 /// read-only seed store, each with its own UUID, history and sequence;
 /// listeners deliver each store's change sets in its own order, and a
 /// replaced seed store is a reset of that store alone.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct MultiStoreTests {
   static let schema = ListenerFixture.schema
 

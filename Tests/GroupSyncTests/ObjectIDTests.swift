@@ -1,9 +1,10 @@
 import Foundation
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
 
-@Suite struct ObjectIDTests {
+@Suite(.timed) struct ObjectIDTests {
   let store = UUID(uuidString: "6F9619FF-8B86-D011-B42D-00C04FC964FF")!
 
   @Test(arguments: [

@@ -1,5 +1,6 @@
 import Foundation
 import GroupSyncProcess
+import GroupSyncTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -8,7 +9,7 @@ import Glibc
 
 /// `groupsync query`, once and `--live`, as a real process; in a terminal
 /// through tmux.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct QueryCommandTests {
   static let sql = "SELECT id, v FROM t ORDER BY id"
 

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
@@ -7,7 +8,7 @@ import Testing
 /// Results controllers: the list follows inserts, updates, moves and
 /// deletes exactly as re-running the query would, with differences that
 /// turn the old list into the new one.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct ResultsControllerTests {
   static let request = FetchRequest(
     table: "item", filter: "score >= ?", arguments: [10],

@@ -5,6 +5,7 @@ import GroupSyncServices
 import Logging
 import ServiceLifecycle
 import UnixSignals
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
@@ -16,7 +17,7 @@ import Glibc
 /// The services of GroupSyncServices under a real `ServiceGroup`, on a real
 /// group folder written by other processes: they run until graceful
 /// shutdown, then release their inboxes and keep the durable place.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 @MainActor
 struct ServicesTests {
   /// What the services saw, from their handlers.

@@ -1,5 +1,6 @@
 import Foundation
 import GroupSyncProcess
+import GroupSyncTestSupport
 import Testing
 
 @testable import GroupSync
@@ -10,7 +11,7 @@ import Glibc
 
 /// `groupsync status --watch`: a live view redrawn in place in a real
 /// terminal (tmux), frames one after another elsewhere.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct StatusWatchTests {
   static let hasTmux = FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux")
 

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 @testable import GroupSync
+import GroupSyncTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -12,7 +13,7 @@ import Glibc
 /// from the history, resets, acknowledgement), fed by `groupsync exec`
 /// processes, by this process's own commits and by writers killed after
 /// COMMIT.
-@Suite(.serialized)
+@Suite(.serialized, .timed)
 struct WatcherThreadDeliveryTests {
   static let insert = ListenerFixture.insert
   static var options: ListenerOptions { ListenerFixture.options }
@@ -38,7 +39,7 @@ struct WatcherThreadDeliveryTests {
       all.compactMap { if case .changes(let changeSet) = $0 { changeSet.sequence } else { nil } }
     }
 
-    func waitFor(count: Int, timeout: Duration = .seconds(15)) async throws {
+    func waitFor(count: Int, timeout: Duration = .seconds(60)) async throws {
       try await waitUntil("\(count) events", timeout: timeout) { self.all.count >= count }
     }
   }

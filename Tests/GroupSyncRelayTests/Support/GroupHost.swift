@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import GroupSync
 import GroupSyncProcess
+import GroupSyncTestSupport
 @testable import GroupSyncRelay
 #if canImport(Glibc)
 import Glibc
@@ -53,6 +54,8 @@ final class GroupHost: @unchecked Sendable {
   /// (`--metrics-interval`, seconds).
   var metricsFile: String?
   var metricsInterval = 0.2
+  /// The relay's `--dead-link-timeout` (nil: its default).
+  var deadLinkTimeout: Duration?
   /// Relations declared to the relay (`--reference`).
   var references: [String] = []
   var conninfo: String
@@ -100,6 +103,7 @@ final class GroupHost: @unchecked Sendable {
     var arguments = ["relay", folder] + (postgresArguments ?? ["--postgres", conninfo])
     arguments += ["--host", name, "--policy", policy, "--poll-interval", "0.2"]
     if let retention { arguments += ["--retention", String(retention)] }
+    if let deadLinkTimeout { arguments += ["--dead-link-timeout", String(deadLinkTimeout.inSeconds)] }
     for reference in references { arguments += ["--reference", reference] }
     if let metricsFile { arguments += ["--metrics-file", metricsFile, "--metrics-interval", String(metricsInterval)] }
     var environment = ProcessInfo.processInfo.environment
@@ -228,14 +232,16 @@ final class GroupHost: @unchecked Sendable {
   }
 }
 
-/// Waits until `condition` holds, polling every 20 ms, up to `timeout`.
+/// Waits until `condition` holds, up to `timeout`, polling every 5 ms at
+/// first and every 100 ms at most.
 func waitUntil(
   _ what: String, timeout: Duration = .seconds(60), _ condition: @Sendable () throws -> Bool
 ) async throws {
   let deadline = ContinuousClock.now + timeout
+  var backoff = PollBackoff(maximum: .milliseconds(100))
   while try !condition() {
     guard ContinuousClock.now < deadline else { throw RelayTestFailure("timed out waiting: \(what)") }
-    try await Task.sleep(for: .milliseconds(20))
+    try await backoff.pause()
   }
 }
 
@@ -286,6 +292,7 @@ func waitForConvergence(
 ) async throws -> [String: [String]] {
   let deadline = ContinuousClock.now + timeout
   var last = ""
+  var backoff = PollBackoff(first: .milliseconds(20), maximum: .milliseconds(200))
   while true {
     let head = try logHead()
     let statuses = hosts.map { $0.relayStatus() }
@@ -302,7 +309,7 @@ func waitForConvergence(
       let errors = hosts.map { "\($0.name): \($0.eventLines.filter { $0.contains("error") || $0.contains("disconnected") }.suffix(3))" }
       throw RelayTestFailure("replicas did not converge: \(last); errors: \(errors)")
     }
-    try await Task.sleep(for: .milliseconds(50))
+    try await backoff.pause()
   }
 }
 

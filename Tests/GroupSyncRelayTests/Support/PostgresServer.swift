@@ -5,10 +5,10 @@ import GroupSyncProcess
 import Glibc
 #endif
 
-/// A throw-away PostgreSQL server from Debian's packages: a cluster made
-/// by `initdb` in a temporary folder, listening only on a unix socket in
-/// that folder (`listen_addresses=''`), run as the user `postgres` (the
-/// server refuses root), fsync off. ``with(_:)`` always stops it and
+/// A throw-away PostgreSQL server from Debian's packages: a cluster copied
+/// from the process's ``ClusterTemplate`` into a temporary folder,
+/// listening only on a unix socket in that folder (`listen_addresses=''`),
+/// run as the user `postgres` (the server refuses root), fsync off. ``with(_:)`` always stops it and
 /// removes the folder, also when the test fails; a watchdog process does
 /// the same if the test process itself is killed.
 ///
@@ -50,14 +50,16 @@ final class PostgresServer: @unchecked Sendable {
   /// Runs `body` with a fresh server listening as `options` say, stopped
   /// whatever happens.
   static func with<T>(options: Options, _ body: (PostgresServer) async throws -> T) async throws -> T {
-    let server = try PostgresServer(options: options)
+    // Made, started and stopped on a thread of its own: the cooperative
+    // pool's few threads stay free for the tests running beside this one.
+    let server = try await Executables.onThread { try PostgresServer(options: options) }
     do {
-      try server.start()
+      try await Executables.onThread { try server.start() }
       let result = try await body(server)
-      server.destroy()
+      try await Executables.onThread { server.destroy() }
       return result
     } catch {
-      server.destroy()
+      _ = try? await Executables.onThread { server.destroy() }
       throw error
     }
   }
@@ -69,7 +71,7 @@ final class PostgresServer: @unchecked Sendable {
     folder = "/tmp/gs-pg-\(UUID().uuidString.prefix(8))"
     try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
     if getuid() == 0 { try Self.run("/bin/chown", ["postgres", folder]) }
-    try asPostgres("\(bin)/initdb", ["-D", "\(folder)/data", "-A", "trust", "-U", "postgres", "--no-sync"])
+    try ClusterTemplate.copy(to: "\(folder)/data")
     if options.tcp { try configureTCP() }
   }
 

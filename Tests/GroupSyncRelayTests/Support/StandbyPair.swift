@@ -8,7 +8,7 @@ import Glibc
 /// a relay that loses its server and goes on against the promoted standby.
 ///
 /// Both run on this machine from Debian's packages, as the user `postgres`,
-/// in one temporary folder: the primary made by `initdb` in `primary/` on
+/// in one temporary folder: the primary copied from the ``ClusterTemplate`` into `primary/` on
 /// port 5432, the standby copied from it by `pg_basebackup -R -X stream` in
 /// `standby/` on port 5433, both listening only on unix sockets in the
 /// folder (`listen_addresses=''`), fsync off. A test kills the primary and
@@ -58,12 +58,12 @@ final class StandbyPair: @unchecked Sendable {
   static func with<T>(_ body: (StandbyPair) async throws -> T) async throws -> T {
     let pair = try StandbyPair()
     do {
-      try pair.start()
+      try await Executables.onThread { try pair.start() }
       let result = try await body(pair)
-      pair.destroy()
+      try await Executables.onThread { pair.destroy() }
       return result
     } catch {
-      pair.destroy()
+      _ = try? await Executables.onThread { pair.destroy() }
       throw error
     }
   }
@@ -87,7 +87,7 @@ final class StandbyPair: @unchecked Sendable {
     // `local replication all trust`), and wal_level=replica and
     // max_wal_senders=10 are the defaults: the base backup and the
     // streaming need nothing more.
-    try asPostgres("\(bin)/initdb", ["-D", directory(.primary), "-A", "trust", "-U", "postgres", "--no-sync"])
+    try ClusterTemplate.copy(to: directory(.primary))
     try startServer(.primary)
     // -R writes primary_conninfo (host=<folder> port=5432) and
     // standby.signal; -c fast, or it waits for a spread checkpoint.

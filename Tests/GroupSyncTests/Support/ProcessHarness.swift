@@ -3,6 +3,7 @@ import Foundation
 import GRDB
 @testable import GroupSync
 import GroupSyncProcess
+import GroupSyncTestSupport
 import Synchronization
 
 #if canImport(Glibc)
@@ -61,12 +62,12 @@ enum ProcessHarness {
 
   /// Whether the child exits on its own within `timeout` seconds (it is
   /// not signalled; `finish` afterwards collects its output).
-  static func exitsOnItsOwn(_ child: ChildProcess, within timeout: Double = 20) async throws -> Bool {
+  static func exitsOnItsOwn(_ child: ChildProcess, within timeout: Double = 60) async throws -> Bool {
     try await onThread { child.waitForExit(timeout: timeout) }
   }
 
   /// Waits until stdout holds `count` lines.
-  static func waitForLines(_ child: ChildProcess, _ count: Int, timeout: Double = 20) async throws {
+  static func waitForLines(_ child: ChildProcess, _ count: Int, timeout: Double = 60) async throws {
     try await onThread { try child.waitForLines(count, timeout: timeout) }
   }
 
@@ -211,7 +212,7 @@ struct ChangeSetLine: Equatable, Sendable, CustomStringConvertible {
 /// Waiting for a listener's events with a deadline.
 enum ListenerHarness {
   /// The listener's next event, or nil if none came within `timeout`.
-  static func next(_ listener: Listener, timeout: Duration = .seconds(10)) async -> ListenerEvent? {
+  static func next(_ listener: Listener, timeout: Duration = .seconds(60)) async -> ListenerEvent? {
     await withTaskGroup(of: ListenerEvent?.self) { group in
       group.addTask {
         var iterator = listener.events.makeAsyncIterator()
@@ -229,7 +230,7 @@ enum ListenerHarness {
 
   /// The next event, required to be a change set.
   static func nextChanges(
-    _ listener: Listener, timeout: Duration = .seconds(10)
+    _ listener: Listener, timeout: Duration = .seconds(60)
   ) async throws -> ChangeSet {
     let event = await next(listener, timeout: timeout)
     guard case .changes(let changeSet) = event else {
@@ -239,7 +240,7 @@ enum ListenerHarness {
   }
 
   /// The next event, required to be a reset.
-  static func nextReset(_ listener: Listener, timeout: Duration = .seconds(10)) async throws -> Reset {
+  static func nextReset(_ listener: Listener, timeout: Duration = .seconds(60)) async throws -> Reset {
     let event = await next(listener, timeout: timeout)
     guard case .reset(let reset) = event else {
       throw TestFailure("expected a reset, got \(event.map { "\($0)" } ?? "nothing within \(timeout)")")
@@ -262,13 +263,15 @@ func craftedChangeSet(store: UUID, sequence: Int64, table: String = "items", row
     tables: [TableName(table): TableChanges(inserted: [rowID])], invalidatedTableNames: [])
 }
 
-/// Waits until `condition` holds, polling every 10 ms.
+/// Waits until `condition` holds, polling every 5 ms at first and every
+/// 50 ms at most.
 func waitUntil(
-  _ what: String = "condition", timeout: Duration = .seconds(15), _ condition: @Sendable () -> Bool
+  _ what: String = "condition", timeout: Duration = .seconds(60), _ condition: @Sendable () -> Bool
 ) async throws {
   let deadline = ContinuousClock.now + timeout
+  var backoff = PollBackoff()
   while !condition() {
     guard ContinuousClock.now < deadline else { throw TestFailure("timed out waiting: \(what)") }
-    try await Task.sleep(for: .milliseconds(10))
+    try await backoff.pause()
   }
 }
