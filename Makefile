@@ -82,7 +82,7 @@ test-swift: check
 # Swift reports the weak-reference side tables of process-wide singletons
 # still alive at exit, which are not leaks.
 ASAN_BUILD = $(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan
-ASAN_TESTS = GROUPSYNC_BIN=$(CURDIR)/.build-asan/debug/groupsync GROUPSYNC_SANITIZER=address \
+ASAN_TESTS = env GROUPSYNC_BIN=$(CURDIR)/.build-asan/debug/groupsync GROUPSYNC_SANITIZER=address \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 	$(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan
 test-asan: deps deps-test ## Run the Swift tests under AddressSanitizer (.build-asan)
@@ -96,7 +96,7 @@ test-asan: deps deps-test ## Run the Swift tests under AddressSanitizer (.build-
 # threads still running to report: the tests start hundreds of processes,
 # whose races are reported when they happen, not at exit.
 TSAN_BUILD = $(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
-TSAN_TESTS = GROUPSYNC_BIN=$(CURDIR)/.build-tsan/debug/groupsync GROUPSYNC_SANITIZER=thread \
+TSAN_TESTS = env GROUPSYNC_BIN=$(CURDIR)/.build-tsan/debug/groupsync GROUPSYNC_SANITIZER=thread \
 	TSAN_OPTIONS=atexit_sleep_ms=0 \
 	$(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan
 test-tsan: deps deps-test ## Run the Swift tests under ThreadSanitizer (.build-tsan)
@@ -105,10 +105,12 @@ test-tsan: deps deps-test ## Run the Swift tests under ThreadSanitizer (.build-t
 	$(TSAN_TESTS) --filter $(RELAY_TESTS)
 
 # `make test` runs its phases side by side where nothing orders them
-# (TEST_JOBS at once): the three builds are in folders of their own, the
-# TSan build starts once the plain one is done, the docs reuse the plain
-# build (SwiftPM lets one command at a time use a build folder) and the
-# release build of the install check comes last. Each phase's output goes
+# (TEST_JOBS at once), and runs them all even if one fails: the three
+# builds are in folders of their own; the TSan build (its tests take
+# longest) starts with the plain one, the ASan build once the plain one is
+# done; the docs reuse the plain build (SwiftPM lets one command at a time
+# use a build folder) and the release build of the install check comes
+# last. Each phase's output goes
 # to the console once it ends, in one piece, and, as it runs, to
 # $(TEST_REPORT)/PHASE.log; at the end Scripts/test-summary.sh prints each
 # phase's time, the tests each pass ran and the ten slowest tests.
@@ -117,7 +119,7 @@ TIMED = TEST_REPORT=$(TEST_REPORT) Scripts/timed.sh
 TEST_JOBS ?= 3
 test: deps deps-test ## Run every test: the docs (warnings are errors), C under ASan, Swift (plain, ASan, TSan), install
 	@rm -rf $(TEST_REPORT) && mkdir -p $(TEST_REPORT)
-	@status=0; $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-phases || status=$$?; \
+	@status=0; $(MAKE) --no-print-directory -j$(TEST_JOBS) -k --output-sync=target test-phases || status=$$?; \
 	  Scripts/test-summary.sh $(TEST_REPORT); exit $$status
 
 PHASES = build plain-core plain-relay docs c install asan-build asan-core asan-relay tsan-build tsan-core tsan-relay
@@ -135,13 +137,13 @@ phase-install: phase-docs
 	@$(TIMED) install $(MAKE) --no-print-directory install-check
 phase-c:
 	@$(TIMED) c $(MAKE) --no-print-directory test-c
-phase-asan-build:
+phase-asan-build: phase-build
 	@$(TIMED) asan-build $(ASAN_BUILD)
 phase-asan-core: phase-asan-build
 	@$(TIMED) asan-core $(ASAN_TESTS) --skip $(RELAY_TESTS)
 phase-asan-relay: phase-asan-build
 	@$(TIMED) asan-relay $(ASAN_TESTS) --filter $(RELAY_TESTS)
-phase-tsan-build: phase-build
+phase-tsan-build:
 	@$(TIMED) tsan-build $(TSAN_BUILD)
 phase-tsan-core: phase-tsan-build
 	@$(TIMED) tsan-core $(TSAN_TESTS) --skip $(RELAY_TESTS)

@@ -12,7 +12,8 @@ import Glibc
 /// The relay across hosts, against a real PostgreSQL server: each host is
 /// a group folder of its own with its own `groupsync relay` process, and
 /// writers and listeners are `groupsync exec` and `groupsync watch`
-/// processes.
+/// processes. The relay's tests run side by side, in every suite: each has
+/// a server, folders, ports and network namespaces of its own.
 @Suite(.timed)
 struct RelayTests {
   @Test func aCommitReachesTheOtherHostWithItsValuesAndItsListeners() async throws {

@@ -24,7 +24,13 @@ struct DurableListenerTests {
     let first = try await ProcessHarness.startWatch([directory, "--name", "up", "--durable", "--json"])
     let before = try await ProcessHarness.exec(directory, repeat: 3, Self.insert)
     try await ProcessHarness.waitForLines(first, 3)
-    try await Task.sleep(for: .milliseconds(100))  // it asks for the next event: the third is acknowledged
+    // It acknowledges the third once it asks for the next event.
+    let deadline = ContinuousClock.now + .seconds(60)
+    while try await ProcessHarness.status(directory).listeners.first(where: { $0.name == "up" })?.acknowledged
+      != before.last?.seq, ContinuousClock.now < deadline
+    {
+      try await Task.sleep(for: .milliseconds(20))
+    }
     first.signal(SIGKILL)
     let killed = try await ProcessHarness.finish(first, timeout: 10)
     #expect(try jsonLines(killed.stdout).map(ChangeSetLine.init(json:)) == before)

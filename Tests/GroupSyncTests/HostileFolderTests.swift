@@ -73,7 +73,7 @@ struct HostileFolderTests {
     var seenResets = 0
     var delivered: [ChangeSetLine] = []
     while delivered.count < written.count {
-      guard let event = await ListenerHarness.next(listener, timeout: .seconds(10)) else {
+      guard let event = await ListenerHarness.next(listener, timeout: .seconds(60)) else {
         Issue.record("nothing delivered; got \(delivered), \(seenResets) resets", sourceLocation: sourceLocation)
         return
       }
@@ -154,7 +154,7 @@ struct HostileFolderTests {
     #expect(mkfifo(planted + "/lock", 0o644) == 0)
     let written = try await ProcessHarness.exec(directory, repeat: 3, Self.insert)  // fails the test if it hangs (timeout)
     try await expectDelivery(listener, written)
-    let status = try await ProcessHarness.run(["status", directory, "--json"], timeout: 20)
+    let status = try await ProcessHarness.run(["status", directory, "--json"], timeout: 60)
     #expect(status.status == 0)
     #expect(try await ProcessHarness.status(directory).listeners.first { $0.name == "fifo" }?.isLive == false)
     // A listener taking that name replaces the FIFO.
@@ -267,7 +267,7 @@ struct HostileFolderTests {
     }
     try await waitUntil("the inbox is cleared", timeout: .seconds(60)) { ProcessHarness.entries(inbox).isEmpty }
     let written = try await ProcessHarness.exec(directory, Self.insert)
-    try await waitUntil("the next change set is delivered", timeout: .seconds(20)) {
+    try await waitUntil("the next change set is delivered", timeout: .seconds(60)) {
       watch.stdout.contains("\"seq\":\(written[0].seq)")
     }
     let lines = try ProcessHarness.printedLines(watch)
@@ -306,7 +306,7 @@ struct HostileFolderTests {
     }
     #expect(try await ProcessHarness.finish(writer, timeout: 120).status == 0)
     let last = try await ProcessHarness.exec(directory, Self.insert)
-    try await waitUntil("the last change set is delivered", timeout: .seconds(30)) {
+    try await waitUntil("the last change set is delivered", timeout: .seconds(60)) {
       watch.stdout.contains("\"seq\":\(last[0].seq)")
     }
     let lines = try ProcessHarness.printedLines(watch)
@@ -365,7 +365,7 @@ struct HostileFolderTests {
       try db.execute(sql: "INSERT INTO items(body) VALUES ('orphan')")
       return ("items", db.lastInsertedRowID)
     }
-    let delivered = try await ListenerHarness.nextChanges(listener, timeout: .seconds(5))
+    let delivered = try await ListenerHarness.nextChanges(listener, timeout: .seconds(60))
     #expect(delivered == changeSet)
     let other = try jsonLines(try await ProcessHarness.finish(watch, timeout: 10).stdout).map(ChangeSetLine.init(json:))
     #expect(other == [ChangeSetLine(changeSet)])
@@ -381,11 +381,11 @@ struct HostileFolderTests {
     configuration.busyMode = .timeout(10)
     let foreign = try DatabaseQueue(path: group.layout.store, configuration: configuration)
     try await foreign.write { try $0.execute(sql: "INSERT INTO items(body) VALUES ('sneaky')") }
-    let reset = try await ListenerHarness.nextReset(listener, timeout: .seconds(5))
+    let reset = try await ListenerHarness.nextReset(listener, timeout: .seconds(60))
     #expect(reset.reason.contains("without a change set"))
     // VACUUM by anyone is such a commit too.
     try await foreign.writeWithoutTransaction { try $0.execute(sql: "VACUUM") }
-    let vacuum = try await ListenerHarness.nextReset(listener, timeout: .seconds(5))
+    let vacuum = try await ListenerHarness.nextReset(listener, timeout: .seconds(60))
     #expect(vacuum.reason.contains("VACUUM"))
     let status = try await ProcessHarness.status(directory)
     #expect(status.lastForeignCommit?.listener == "live")
@@ -448,7 +448,7 @@ struct HostileFolderTests {
 
     // 3. A foreign commit after all this is still one.
     try await other.write { try $0.execute(sql: "INSERT INTO items(body) VALUES ('sneaky')") }
-    let reset = try await ListenerHarness.nextReset(listener, timeout: .seconds(5))
+    let reset = try await ListenerHarness.nextReset(listener, timeout: .seconds(60))
     #expect(reset.reason.contains("without a change set"))
     let written = try await ProcessHarness.exec(directory, Self.insert)
     try await expectDelivery(listener, written)

@@ -329,11 +329,16 @@ struct MultiStoreTests {
     let replaced = try await ProcessHarness.run(
       ["init", directory, "--store", "seed", "--read-only", folder.child("v2.db")])
     try #require(replaced.status == 0, "\(replaced.stderr)")
-    // The listeners' rescan ticks (200 ms here, 1 s in the CLI) notice the file.
-    try await Task.sleep(for: .milliseconds(1500))
+    // The listeners' rescan ticks (200 ms here, 1 s in the CLI) notice the
+    // file: both tell a reset before the next commit.
+    var events: [ListenerEvent] = []
+    while !events.contains(where: { if case .reset = $0 { true } else { false } }) {
+      guard let event = await ListenerHarness.next(listener) else { break }
+      events.append(event)
+    }
+    try await waitUntil("the CLI's listener tells the reset") { watcher.stdout.contains("\"reset\"") }
     let second = try await ProcessHarness.exec(directory, ListenerFixture.insert)
 
-    var events: [ListenerEvent] = []
     while events.filter({ if case .changes = $0 { true } else { false } }).count < 2 {
       guard let event = await ListenerHarness.next(listener) else { break }
       events.append(event)
