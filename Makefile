@@ -65,12 +65,14 @@ docs: deps deps-libpq ## Build the DocC documentation of every product into .bui
 # library, the CLI across real processes) and the relay's (across hosts,
 # against throw-away PostgreSQL servers). In each, tests run side by side:
 # every test has folders, servers, ports and namespaces of its own. Two
-# processes, so that neither's waits starve the other's few threads.
+# processes, so that neither's waits starve the other's few threads; they
+# only read the build folder, so SwiftPM's lock on it (one command at a
+# time) is not taken (--ignore-lock) and both run at once.
 # `make check` runs them plain; `make test` plain, under AddressSanitizer
 # and under ThreadSanitizer.
 RELAY_TESTS = GroupSyncRelayTests
 BUILD_TESTS = $(SWIFT) build --build-tests
-RUN_TESTS = $(SWIFT) test --skip-build
+RUN_TESTS = $(SWIFT) test --skip-build --ignore-lock
 check: deps deps-test ## The edit-test loop: the Swift tests, plain (no sanitizer, no docs, no install; ~3 min warm)
 	$(BUILD_TESTS)
 	$(RUN_TESTS) --skip $(RELAY_TESTS)
@@ -84,7 +86,7 @@ test-swift: check
 ASAN_BUILD = $(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan
 ASAN_TESTS = env GROUPSYNC_BIN=$(CURDIR)/.build-asan/debug/groupsync GROUPSYNC_SANITIZER=address \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
-	$(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan
+	$(SWIFT) test --skip-build --ignore-lock --sanitize=address --scratch-path .build-asan
 test-asan: deps deps-test ## Run the Swift tests under AddressSanitizer (.build-asan)
 	$(ASAN_BUILD)
 	$(ASAN_TESTS) --skip $(RELAY_TESTS)
@@ -98,7 +100,7 @@ test-asan: deps deps-test ## Run the Swift tests under AddressSanitizer (.build-
 TSAN_BUILD = $(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
 TSAN_TESTS = env GROUPSYNC_BIN=$(CURDIR)/.build-tsan/debug/groupsync GROUPSYNC_SANITIZER=thread \
 	TSAN_OPTIONS=atexit_sleep_ms=0 \
-	$(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan
+	$(SWIFT) test --skip-build --ignore-lock --sanitize=thread --scratch-path .build-tsan
 test-tsan: deps deps-test ## Run the Swift tests under ThreadSanitizer (.build-tsan)
 	$(TSAN_BUILD)
 	$(TSAN_TESTS) --skip $(RELAY_TESTS)
@@ -108,15 +110,14 @@ test-tsan: deps deps-test ## Run the Swift tests under ThreadSanitizer (.build-t
 # (TEST_JOBS at once), and runs them all even if one fails: the three
 # builds are in folders of their own; the TSan build (its tests take
 # longest) starts with the plain one, the ASan build once the plain one is
-# done; the docs reuse the plain build (SwiftPM lets one command at a time
-# use a build folder) and the release build of the install check comes
-# last. Each phase's output goes
+# done; the docs and the install check reuse the plain build (SwiftPM lets
+# one command at a time use a build folder). Each phase's output goes
 # to the console once it ends, in one piece, and, as it runs, to
 # $(TEST_REPORT)/PHASE.log; at the end Scripts/test-summary.sh prints each
 # phase's time, the tests each pass ran and the ten slowest tests.
 TEST_REPORT = .build/test-report
 TIMED = TEST_REPORT=$(TEST_REPORT) Scripts/timed.sh
-TEST_JOBS ?= 3
+TEST_JOBS ?= 6
 test: deps deps-test ## Run every test: the docs (warnings are errors), C under ASan, Swift (plain, ASan, TSan), install
 	@rm -rf $(TEST_REPORT) && mkdir -p $(TEST_REPORT)
 	@status=0; $(MAKE) --no-print-directory -j$(TEST_JOBS) -k --output-sync=target test-phases || status=$$?; \
@@ -134,7 +135,7 @@ phase-plain-relay: phase-build
 phase-docs: phase-plain-core phase-plain-relay
 	@$(TIMED) docs $(MAKE) --no-print-directory docs
 phase-install: phase-docs
-	@$(TIMED) install $(MAKE) --no-print-directory install-check
+	@$(TIMED) install $(MAKE) --no-print-directory install-check INSTALL_CONFIG=debug
 phase-c:
 	@$(TIMED) c $(MAKE) --no-print-directory test-c
 phase-asan-build: phase-build
@@ -184,31 +185,36 @@ demo-hosts: deps deps-postgres ## Three hosts, a relay each, writers on each, th
 	$(SWIFT) build -c release --product groupsync-relay
 	Scripts/demo-hosts.sh .build/release
 
+# INSTALL_CONFIG (release) is the configuration `make lib` and `make
+# install` build and install.
+INSTALL_CONFIG ?= release
 lib: deps ## Build libGroupSyncShared.so (release)
-	$(SWIFT) build -c release --product GroupSyncShared
+	$(SWIFT) build -c $(INSTALL_CONFIG) --product GroupSyncShared
 
 # `groupsync relay` runs the groupsync-relay beside it: both are installed.
 install: lib deps-libpq ## Install the shared library, its modules (GroupSync, GRDB, swift-log, swift-metrics), the CLI and the relay under PREFIX
-	$(SWIFT) build -c release --product groupsync
-	$(SWIFT) build -c release --product groupsync-relay
+	$(SWIFT) build -c $(INSTALL_CONFIG) --product groupsync
+	$(SWIFT) build -c $(INSTALL_CONFIG) --product groupsync-relay
 	install -d $(PREFIX)/lib $(PREFIX)/bin $(PREFIX)/include/CGroupSync $(PREFIX)/include/GRDBSQLite $(PREFIX)/lib/swift/linux
-	install -m 755 .build/release/libGroupSyncShared.so $(PREFIX)/lib/
-	install -m 755 .build/release/groupsync .build/release/groupsync-relay $(PREFIX)/bin/
+	install -m 755 .build/$(INSTALL_CONFIG)/libGroupSyncShared.so $(PREFIX)/lib/
+	install -m 755 .build/$(INSTALL_CONFIG)/groupsync .build/$(INSTALL_CONFIG)/groupsync-relay $(PREFIX)/bin/
 	# The library links GRDB, swift-log and swift-metrics in; their modules are needed to
 	# import GroupSync and to use GRDB's API on its store.
-	cp -R .build/release/Modules/GroupSync.swiftmodule .build/release/Modules/GRDB.swiftmodule \
-	  .build/release/Modules/CoreMetrics.swiftmodule .build/release/Modules/Metrics.swiftmodule \
-	  .build/release/Modules/Logging.swiftmodule $(PREFIX)/lib/swift/linux/
+	cp -R .build/$(INSTALL_CONFIG)/Modules/GroupSync.swiftmodule .build/$(INSTALL_CONFIG)/Modules/GRDB.swiftmodule \
+	  .build/$(INSTALL_CONFIG)/Modules/CoreMetrics.swiftmodule .build/$(INSTALL_CONFIG)/Modules/Metrics.swiftmodule \
+	  .build/$(INSTALL_CONFIG)/Modules/Logging.swiftmodule $(PREFIX)/lib/swift/linux/
 	install -m 644 .build/checkouts/GRDB.swift/Sources/GRDBSQLite/shim.h \
 	  .build/checkouts/GRDB.swift/Sources/GRDBSQLite/module.modulemap $(PREFIX)/include/GRDBSQLite/
 	install -m 644 CSupport/include/CGroupSync.h $(PREFIX)/include/CGroupSync/
 	printf 'module CGroupSync {\n  header "CGroupSync.h"\n  link "sqlite3"\n  link "uv"\n  export *\n}\n' \
 	  > $(PREFIX)/include/CGroupSync/module.modulemap
 
+# `make test` checks the install of the plain debug build it made already
+# (INSTALL_CONFIG=debug): the same steps, without a release build of its own.
 CHECK = .build/install-check
 install-check: deps ## Install into .build/install-check, then build and run a program against it, and the installed relay
 	@rm -rf $(CHECK) && mkdir -p $(CHECK)
-	$(MAKE) --no-print-directory install PREFIX=$(CURDIR)/$(CHECK)/prefix
+	$(MAKE) --no-print-directory install PREFIX=$(CURDIR)/$(CHECK)/prefix INSTALL_CONFIG=$(INSTALL_CONFIG)
 	swiftc Tests/install/main.swift -I $(CHECK)/prefix/lib/swift/linux -I $(CHECK)/prefix/include \
 	  -I $(CHECK)/prefix/include/GRDBSQLite \
 	  -L $(CHECK)/prefix/lib -lGroupSyncShared -Xlinker -rpath -Xlinker $(CURDIR)/$(CHECK)/prefix/lib \

@@ -11,11 +11,11 @@ phases="$report/phases.tsv"
 first=$(cut -f2 "$phases" | sort -n | head -1)
 last=$(cut -f3 "$phases" | sort -n | tail -1)
 echo
-echo "== where make test's time went (start and length in seconds; phases may overlap)"
+echo "== where make test's time went (seconds; phases run side by side; cpu: user + system)"
 awk -F'\t' -v t0="$first" '{
-  printf "  %-14s start %6.0f  took %6.0f  %s\n", $1, $2 - t0, $3 - $2, ($4 == 0 ? "ok" : "FAILED (" $4 ")")
-}' "$phases"
-awk -v a="$first" -v b="$last" 'BEGIN { printf "  %-14s             took %6.0f\n", "in all", b - a }'
+  printf "  %-12s start %5.0f  took %5.0f  cpu %5s  %s\n", $1, $2 - t0, $3 - $2, $5, ($4 == 0 ? "ok" : "FAILED (" $4 ")")
+  cpu += $5
+} END { printf "  %-12s             took %5.0f  cpu %5.0f\n", "in all", '"$last"' - t0, cpu }' "$phases"
 
 # Swift Testing's lines: "✔ Test name() passed after 1.234 seconds." (or
 # "✘ ... failed after", and "✔ Test run with N tests in M suites ...").

@@ -450,18 +450,18 @@ struct ListenerTests {
     let group = try GroupFolder(path: directory, create: false)
     let listener = try group.listen(as: "closing", options: Self.options)
 
+    let seen = Collected<ListenerEvent>()
     let consumer = Task { () -> [ListenerEvent] in
       var events: [ListenerEvent] = []
-      for await event in listener.events { events.append(event) }
+      for await event in listener.events {
+        events.append(event)
+        seen.append(event)
+      }
       return events
     }
     let written = try await ProcessHarness.exec(directory, Self.insert)
     // Wait until the consumer has the change set, then close under it.
-    try await ProcessHarness.onThread {
-      let deadline = Date().addingTimeInterval(10)
-      while !ProcessHarness.entries(group.layout.inbox("closing")).isEmpty && Date() < deadline { usleep(5_000) }
-    }
-    try await Task.sleep(for: .milliseconds(100))
+    try await waitUntil("the consumer has the change set") { seen.all.count == 1 }
     listener.close()
     let events = await Self.finishes(consumer)
     let received = try #require(events, "iteration did not end after close()")
