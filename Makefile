@@ -65,14 +65,15 @@ docs: deps deps-libpq ## Build the DocC documentation of every product into .bui
 # library, the CLI across real processes) and the relay's (across hosts,
 # against throw-away PostgreSQL servers). In each, tests run side by side:
 # every test has folders, servers, ports and namespaces of its own. Two
-# processes, so that neither's waits starve the other's few threads; they
-# only read the build folder, so SwiftPM's lock on it (one command at a
-# time) is not taken (--ignore-lock) and both run at once.
+# processes, so that neither's waits starve the other's few threads. The
+# test bundle runs by itself, as `swift test --skip-build` runs it: two
+# `swift test` at once in one build folder trip over its database.
 # `make check` runs them plain; `make test` plain, under AddressSanitizer
 # and under ThreadSanitizer.
 RELAY_TESTS = GroupSyncRelayTests
 BUILD_TESTS = $(SWIFT) build --build-tests
-RUN_TESTS = $(SWIFT) test --skip-build --ignore-lock
+TEST_BUNDLE = debug/GroupSyncPackageTests.xctest --testing-library swift-testing
+RUN_TESTS = env NO_COLOR=1 .build/$(TEST_BUNDLE)
 check: deps deps-test ## The edit-test loop: the Swift tests, plain (no sanitizer, no docs, no install; ~3 min warm)
 	$(BUILD_TESTS)
 	$(RUN_TESTS) --skip $(RELAY_TESTS)
@@ -84,9 +85,8 @@ test-swift: check
 # Swift reports the weak-reference side tables of process-wide singletons
 # still alive at exit, which are not leaks.
 ASAN_BUILD = $(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan
-ASAN_TESTS = env GROUPSYNC_BIN=$(CURDIR)/.build-asan/debug/groupsync GROUPSYNC_SANITIZER=address \
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
-	$(SWIFT) test --skip-build --ignore-lock --sanitize=address --scratch-path .build-asan
+ASAN_TESTS = env NO_COLOR=1 GROUPSYNC_BIN=$(CURDIR)/.build-asan/debug/groupsync GROUPSYNC_SANITIZER=address \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 .build-asan/$(TEST_BUNDLE)
 test-asan: deps deps-test ## Run the Swift tests under AddressSanitizer (.build-asan)
 	$(ASAN_BUILD)
 	$(ASAN_TESTS) --skip $(RELAY_TESTS)
@@ -98,9 +98,8 @@ test-asan: deps deps-test ## Run the Swift tests under AddressSanitizer (.build-
 # threads still running to report: the tests start hundreds of processes,
 # whose races are reported when they happen, not at exit.
 TSAN_BUILD = $(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
-TSAN_TESTS = env GROUPSYNC_BIN=$(CURDIR)/.build-tsan/debug/groupsync GROUPSYNC_SANITIZER=thread \
-	TSAN_OPTIONS=atexit_sleep_ms=0 \
-	$(SWIFT) test --skip-build --ignore-lock --sanitize=thread --scratch-path .build-tsan
+TSAN_TESTS = env NO_COLOR=1 GROUPSYNC_BIN=$(CURDIR)/.build-tsan/debug/groupsync GROUPSYNC_SANITIZER=thread \
+	TSAN_OPTIONS=atexit_sleep_ms=0 .build-tsan/$(TEST_BUNDLE)
 test-tsan: deps deps-test ## Run the Swift tests under ThreadSanitizer (.build-tsan)
 	$(TSAN_BUILD)
 	$(TSAN_TESTS) --skip $(RELAY_TESTS)

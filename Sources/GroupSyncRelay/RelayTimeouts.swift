@@ -20,8 +20,10 @@ import Foundation
 public struct RelayTimeouts: Sendable, Equatable {
   /// How long a link may stay silent before it is taken for dead, on both
   /// ends (default 6 s): TCP keepalives start after a third of it and
-  /// probe three times; data left unacknowledged this long (TCP's user
-  /// timeout) breaks the connection.
+  /// probe up to three times, the last probe within it (from 2 s; TCP
+  /// counts keepalives in whole seconds); data left unacknowledged this
+  /// long (TCP's user timeout) breaks the connection. The relay notices
+  /// within about two seconds more, as TCP's timers fire.
   public var deadLink: Duration
   /// How long one connection attempt to one server may take (libpq's
   /// `connect_timeout`; default 5 s).
@@ -66,9 +68,15 @@ public struct RelayTimeouts: Sendable, Equatable {
 
   /// Seconds before the first keepalive probe: a third of ``deadLink``.
   var keepaliveIdleSeconds: Int { max(1, Int(deadLink.inSeconds / 3)) }
-  /// Seconds between probes: a sixth of ``deadLink`` (three probes).
+  /// Seconds between probes: a sixth of ``deadLink``.
   var keepaliveIntervalSeconds: Int { max(1, Int(deadLink.inSeconds / 6)) }
-  static let keepaliveCount = 3
+  /// Probes before the link is taken for dead: three, fewer where whole
+  /// seconds would put the last one past ``deadLink`` (a 3 s link: one
+  /// second idle, two probes), one at least.
+  var keepaliveCount: Int {
+    let fit = (Int(deadLink.inSeconds) - keepaliveIdleSeconds) / keepaliveIntervalSeconds
+    return max(1, min(3, fit))
+  }
 
   /// libpq's client-side parameters, by keyword.
   var clientParameters: [(String, String)] {
@@ -77,7 +85,7 @@ public struct RelayTimeouts: Sendable, Equatable {
       ("keepalives", "1"),
       ("keepalives_idle", String(keepaliveIdleSeconds)),
       ("keepalives_interval", String(keepaliveIntervalSeconds)),
-      ("keepalives_count", String(Self.keepaliveCount)),
+      ("keepalives_count", String(keepaliveCount)),
       ("tcp_user_timeout", String(deadLink.inMilliseconds)),
     ]
   }
@@ -91,7 +99,7 @@ public struct RelayTimeouts: Sendable, Equatable {
       ("idle_in_transaction_session_timeout", String(idleInTransaction.inMilliseconds)),
       ("tcp_keepalives_idle", String(keepaliveIdleSeconds)),
       ("tcp_keepalives_interval", String(keepaliveIntervalSeconds)),
-      ("tcp_keepalives_count", String(Self.keepaliveCount)),
+      ("tcp_keepalives_count", String(keepaliveCount)),
       ("tcp_user_timeout", String(deadLink.inMilliseconds)),
     ]
     if serverVersion >= 140_000 { settings.append(("client_connection_check_interval", "1000")) }

@@ -18,6 +18,7 @@ import Glibc
   /// is the timeouts that must fire plus a multiple of the same work
   /// measured in the same test with nothing cut (how fast this machine is
   /// right now, a sanitizer build or a busy machine included).
+  ///
   /// The dead-link timeout is set short (3 s, not 6): these tests wait
   /// for it to fire.
   static let timeouts = RelayTimeouts(deadLink: .seconds(3))
@@ -120,10 +121,10 @@ import Glibc
     }
   }
 
-  /// A silent link is noticed within 10 s (status, event, log), and the
-  /// relay takes it up again after the heal; SIGTERM stops a relay within
-  /// 2 s while it waits for an answer on a cut link, and while it tries to
-  /// connect through one.
+  /// A silent link is noticed within the dead-link timeout and two seconds
+  /// (status, event, log), and the relay takes it up again after the heal;
+  /// SIGTERM stops a relay as fast as with the link up while it waits for
+  /// an answer on a cut link, and while it tries to connect through one.
   @Test(.enabled(if: NetworkLab.isAvailable().0, "needs root and network namespaces (ip netns, veth)"))
   func aSilentLinkIsNoticedAndSIGTERMStopsInEveryState() async throws {
     try await Self.withNetwork(["a", "b"]) { lab, server, hosts in
@@ -154,7 +155,9 @@ import Glibc
         a.relayStatus()?.isConnected == false && a.events("disconnected").count > disconnectedBefore
       }
       let noticed = ContinuousClock.now - cutAt
-      let noticeBound = Self.timeouts.deadLink + ended * 2
+      // TCP's timers count whole seconds (keepalives) and back off
+      // (retransmissions): two seconds' grace, as the relay's docs say.
+      let noticeBound = Self.timeouts.deadLink + .seconds(2) + ended * 2
       #expect(noticed <= noticeBound, "a silent link went unnoticed for \(noticed) (bound \(noticeBound))")
       #expect(a.relay?.stderr.contains("lost the connection to PostgreSQL") == true)
       let status = try await Executables.groupsync(["status", a.folder])
@@ -173,8 +176,8 @@ import Glibc
       try lab.cut("a")
       try await a.exec(["INSERT INTO note(title, body) VALUES ('a-while-cut', 'z')"])
       try await Self.hold(until: .now, plus: 1)
-      // The relay waits for the link no longer than for its own loop: it
-      // stops as it would with the link up, well within the dead-link timeout.
+      // The relay does not wait for the link: it stops about as fast as it
+      // did with the link up (twice that, and a second, for the noise).
       let stopBound = stopping * 2 + .seconds(1)
       let inCall = try await a.terminateRelay()
       #expect(inCall != nil && inCall! < stopBound, "SIGTERM mid-call took \(String(describing: inCall)) (bound \(stopBound))")

@@ -16,6 +16,19 @@ import Testing
     #expect(backoff.next() == .milliseconds(50))
   }
 
+  /// TCP counts keepalives in whole seconds: the last probe still falls
+  /// within the dead-link timeout, a short one (3 s) included.
+  @Test func keepalivesGiveUpWithinTheDeadLinkTimeout() {
+    for seconds in 2...120 {
+      let timeouts = RelayTimeouts(deadLink: .seconds(seconds))
+      let silent = timeouts.keepaliveIdleSeconds + timeouts.keepaliveCount * timeouts.keepaliveIntervalSeconds
+      #expect(silent <= seconds && timeouts.keepaliveCount >= 1, "dead link \(seconds) s: taken for dead after \(silent) s")
+      let parameters = Dictionary(uniqueKeysWithValues: timeouts.clientParameters)
+      #expect(parameters["keepalives_count"] == String(timeouts.keepaliveCount))
+    }
+    #expect(RelayTimeouts().keepaliveCount == 3, "the default 6 s link probes three times")
+  }
+
   @Test func postgresErrorsAreMatchedBySQLState() {
     let lockTimeout = RelayError.postgres(
       call: "PQgetResult", message: "canceling statement due to lock timeout", sqlState: .lockNotAvailable)

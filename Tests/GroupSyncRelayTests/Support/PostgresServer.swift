@@ -8,9 +8,10 @@ import Glibc
 /// A throw-away PostgreSQL server from Debian's packages: a cluster copied
 /// from the process's ``ClusterTemplate`` into a temporary folder,
 /// listening only on a unix socket in that folder (`listen_addresses=''`),
-/// run as the user `postgres` (the server refuses root), fsync off. ``with(_:)`` always stops it and
-/// removes the folder, also when the test fails; a watchdog process does
-/// the same if the test process itself is killed.
+/// run as the user `postgres` (the server refuses root), fsync off.
+/// ``with(_:)`` always stops it and removes the folder, also when the test
+/// fails; a watchdog process does the same if the test process itself is
+/// killed.
 ///
 /// With ``Options`` it also listens on TCP, on 127.0.0.1 only (a free
 /// port), asking a password there and optionally TLS; the unix socket
