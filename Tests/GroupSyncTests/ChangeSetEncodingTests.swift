@@ -115,7 +115,9 @@ import GroupSyncProcess
     var random = SeededRandom(seed: 2026)
     var rejected = 0
     var accepted = 0
-    for _ in 0..<200_000 {
+    // One thread, nothing for ThreadSanitizer to see: a tenth under it.
+    let mutations = ProcessInfo.processInfo.environment["GROUPSYNC_SANITIZER"] == "thread" ? 20_000 : 200_000
+    for _ in 0..<mutations {
       var bytes = ChangeSetEncoding.encode(random.changeSet(maximumRows: 8))
       random.mutate(&bytes)
       do {
@@ -130,7 +132,7 @@ import GroupSyncProcess
         rejected += 1
       }
     }
-    #expect(rejected > 100_000 && accepted > 0, "rejected \(rejected), accepted \(accepted)")
+    #expect(rejected > mutations / 2 && accepted > 0, "rejected \(rejected), accepted \(accepted)")
   }
 
   @Test func pythonStandardLibraryReadsAFileAndAHistoryRow() throws {
