@@ -17,7 +17,7 @@ enum Executables {
 
   /// Runs `groupsync args...`, requiring success; returns stdout.
   @discardableResult
-  static func groupsync(_ arguments: [String], timeout: Double = 120) async throws -> String {
+  static func groupsync(_ arguments: [String], timeout: Double = 300) async throws -> String {
     try await onThread {
       let result = try ChildProcess(executable: groupsync, arguments: arguments).finish(timeout: timeout)
       guard result.succeeded else {

@@ -10,7 +10,7 @@ enum CLI {
   typealias Result = ChildProcess.Result
 
   /// Runs `groupsync args...` to completion (signalled after `timeout` seconds).
-  static func run(_ arguments: [String], timeout: Double = 60) throws -> Result {
+  static func run(_ arguments: [String], timeout: Double = 300) throws -> Result {
     try start(arguments).finish(timeout: timeout)
   }
 

@@ -26,7 +26,7 @@ enum ProcessHarness {
   }
 
   /// `groupsync args...` to completion, off the cooperative pool.
-  static func run(_ arguments: [String], timeout: Double = 60) async throws -> CLI.Result {
+  static func run(_ arguments: [String], timeout: Double = 300) async throws -> CLI.Result {
     try await onThread { try CLI.run(arguments, timeout: timeout) }
   }
 
