@@ -81,11 +81,10 @@ check: deps deps-test ## The edit-test loop: the Swift tests, plain (no sanitize
 test-swift: check
 
 # The Swift tests again, built with AddressSanitizer in a build folder of
-# their own (no editor reads its index: none is made); the CLI they start
-# is the ASan build too. LeakSanitizer is off:
+# their own; the CLI they start is the ASan build too. LeakSanitizer is off:
 # Swift reports the weak-reference side tables of process-wide singletons
 # still alive at exit, which are not leaks.
-ASAN_BUILD = $(SWIFT) build --build-tests --disable-index-store --sanitize=address --scratch-path .build-asan
+ASAN_BUILD = $(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan
 ASAN_TESTS = env NO_COLOR=1 GROUPSYNC_BIN=$(CURDIR)/.build-asan/debug/groupsync GROUPSYNC_SANITIZER=address \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 .build-asan/$(TEST_BUNDLE)
 test-asan: deps deps-test ## Run the Swift tests under AddressSanitizer (.build-asan)
@@ -98,7 +97,7 @@ test-asan: deps deps-test ## Run the Swift tests under AddressSanitizer (.build-
 # TSan process sleeps a second at exit by default (atexit_sleep_ms), for
 # threads still running to report: the tests start hundreds of processes,
 # whose races are reported when they happen, not at exit.
-TSAN_BUILD = $(SWIFT) build --build-tests --disable-index-store --sanitize=thread --scratch-path .build-tsan
+TSAN_BUILD = $(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
 TSAN_TESTS = env NO_COLOR=1 GROUPSYNC_BIN=$(CURDIR)/.build-tsan/debug/groupsync GROUPSYNC_SANITIZER=thread \
 	TSAN_OPTIONS=atexit_sleep_ms=0 .build-tsan/$(TEST_BUNDLE)
 test-tsan: deps deps-test ## Run the Swift tests under ThreadSanitizer (.build-tsan)
