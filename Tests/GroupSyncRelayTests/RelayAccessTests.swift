@@ -306,7 +306,7 @@ struct RelayAccessTests {
     ]
     for (arguments, message) in cases {
       let result = try await Executables.onThread {
-        try ChildProcess(executable: Executables.relay, arguments: arguments).finish(timeout: 30)
+        try ChildProcess(executable: Executables.relay, arguments: arguments).finish(timeout: 120)
       }
       #expect(!result.succeeded && result.stdout.isEmpty, "\(arguments)")
       #expect(result.stderr.contains(message), "\(arguments): \(result.stderr)")

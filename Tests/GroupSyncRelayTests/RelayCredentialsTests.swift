@@ -262,7 +262,7 @@ struct RelayCredentialsTests {
       let child = try viaGroupsync
         ? ChildProcess(executable: Executables.groupsync, arguments: ["relay"] + arguments)
         : ChildProcess(executable: Executables.relay, arguments: arguments)
-      return child.finish(timeout: 10)
+      return child.finish(timeout: 120)
     }
   }
 }

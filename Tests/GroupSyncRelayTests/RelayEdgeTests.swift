@@ -107,7 +107,7 @@ import Glibc
         let result = try await Executables.onThread {
           try ChildProcess(
             executable: Executables.groupsync, arguments: ["relay", a.folder, "--postgres", server.conninfo] + arguments
-          ).finish(timeout: 30)
+          ).finish(timeout: 120)
         }
         #expect(!result.stderr.contains("hunter2"), "a password in an error: \(result.stderr)")
         #expect(result.status != 0 && result.stderr.contains(message), "\(arguments): \(result.stderr)")
@@ -118,7 +118,7 @@ import Glibc
       let result = try await Executables.onThread {
         try ChildProcess(
           executable: Executables.groupsync, arguments: ["relay", stranger, "--postgres", server.conninfo, "--host", "a"]
-        ).finish(timeout: 30)
+        ).finish(timeout: 120)
       }
       #expect(result.status != 0 && result.stderr.contains("is not a group folder"), "\(result.stderr)")
       #expect(try FileManager.default.contentsOfDirectory(atPath: stranger).isEmpty)

@@ -287,7 +287,7 @@ import Glibc
       let again = try await Executables.onThread {
         try ChildProcess(
           executable: Executables.groupsync, arguments: ["relay", a.folder, "--postgres", server.conninfo, "--host", "a"]
-        ).finish(timeout: 30)
+        ).finish(timeout: 120)
       }
       #expect(again.status == 1 && again.stderr.contains("relays/a.lock is held"))
       let twin = try await GroupHost("twin", root: root.path, server: server)

@@ -296,7 +296,7 @@ extension RelayMetricsTests {
         try ChildProcess(
           executable: Executables.relay,
           arguments: [a.folder, "--postgres", server.conninfo, "--host", "a", "--metrics-file", metricsFile]
-        ).finish(timeout: 30)
+        ).finish(timeout: 120)
       }
       #expect(!result.succeeded && result.stderr.contains("metrics file '\(metricsFile)'"), "\(result.stderr)")
       #expect(!result.stdout.contains("\"connected\""))

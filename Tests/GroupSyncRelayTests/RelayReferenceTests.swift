@@ -288,7 +288,7 @@ import Glibc
     let result = try await Executables.onThread {
       try ChildProcess(
         executable: Executables.relay, arguments: ["/nonexistent", "--postgres", "host=/tmp", "--reference", text]
-      ).finish(timeout: 30)
+      ).finish(timeout: 120)
     }
     #expect(!result.succeeded && result.stderr.contains("--reference") && result.stderr.contains(text), "\(result.stderr)")
   }
