@@ -107,10 +107,10 @@ test-tsan: deps deps-test ## Run the Swift tests under ThreadSanitizer (.build-t
 
 # `make test` runs its phases side by side where nothing orders them
 # (TEST_JOBS at once), and runs them all even if one fails: the three
-# builds are in folders of their own; the TSan build (its tests take
-# longest) starts with the plain one, the ASan build once the plain one is
-# done; the docs and the install check reuse the plain build (SwiftPM lets
-# one command at a time use a build folder). Each phase's output goes
+# builds start together, each in a folder of its own, and each pass's
+# tests start once its build is done; the docs and the install check
+# reuse the plain build (SwiftPM lets one command at a time use a build
+# folder). Each phase's output goes
 # to the console once it ends, in one piece, and, as it runs, to
 # $(TEST_REPORT)/PHASE.log; at the end Scripts/test-summary.sh prints each
 # phase's time, the tests each pass ran and the ten slowest tests.
@@ -137,7 +137,7 @@ phase-install: phase-docs
 	@$(TIMED) install $(MAKE) --no-print-directory install-check INSTALL_CONFIG=debug
 phase-c:
 	@$(TIMED) c $(MAKE) --no-print-directory test-c
-phase-asan-build: phase-build
+phase-asan-build:
 	@$(TIMED) asan-build $(ASAN_BUILD)
 phase-asan-core: phase-asan-build
 	@$(TIMED) asan-core $(ASAN_TESTS) --skip $(RELAY_TESTS)
