@@ -26,10 +26,11 @@ struct DurableListenerTests {
     try await ProcessHarness.waitForLines(first, 3)
     // It acknowledges the third once it asks for the next event.
     let deadline = ContinuousClock.now + .seconds(60)
+    var backoff = PollBackoff()
     while try await ProcessHarness.status(directory).listeners.first(where: { $0.name == "up" })?.acknowledged
       != before.last?.seq, ContinuousClock.now < deadline
     {
-      try await Task.sleep(for: .milliseconds(20))
+      try await backoff.pause()
     }
     first.signal(SIGKILL)
     let killed = try await ProcessHarness.finish(first, timeout: 10)

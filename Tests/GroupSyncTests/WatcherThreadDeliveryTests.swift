@@ -138,14 +138,14 @@ struct WatcherThreadDeliveryTests {
     try await received.waitFor(count: 1)
     #expect(listener.isClosed)
     _ = try await ProcessHarness.exec(directory, Self.insert)
+    try await Task.sleep(for: .milliseconds(300))
+    #expect(received.all.count == 1, "nothing after close: \(received.all)")
     // The listener removes its folder once the handler returned; a change
     // set a writer delivered before that goes with it.
     try await waitUntil("the closed listener's inbox is gone or empty") {
       !ProcessHarness.exists(group.layout.listenerFolder("closes-itself"))
         || ProcessHarness.entries(group.layout.inbox("closes-itself")).isEmpty
     }
-    try await Task.sleep(for: .milliseconds(300))
-    #expect(received.all.count == 1, "nothing after close: \(received.all)")
   }
 
   @Test func closeReleasesTheHandler() async throws {
