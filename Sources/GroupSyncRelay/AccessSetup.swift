@@ -13,7 +13,9 @@ import GroupSync
 ///
 /// The script, one transaction, safe to run again (to add hosts, or other
 /// groups), makes:
-/// - the relay's tables and `gs_ship`, with the statements relays use;
+/// - the relay's tables and functions at this build's version
+///   (``SharedSchema``), with the statements relays use; the objects of
+///   the version before stay, so that its relays run beside this one;
 /// - `gs_member(role, grp, host)`: which login role may act as which
 ///   host in which group;
 /// - the `NOLOGIN` role ``relayRole``, holding exactly the privileges a
@@ -24,7 +26,7 @@ import GroupSync
 ///   own host name, never updates an entry, and deletes only entries the
 ///   clock has purged; it reads only its own rows of `gs_member`.
 ///
-/// `PUBLIC` loses every privilege on the tables and on `gs_ship`. Under
+/// `PUBLIC` loses every privilege on the tables and functions. Under
 /// row-level security `gs_ship` notifies without the entry (any session
 /// may LISTEN), so receivers read each entry from the log.
 public struct AccessSetup: Sendable, Equatable {
@@ -149,12 +151,8 @@ public struct AccessSetup: Sendable, Equatable {
       // In a DO block: psql would print a SELECT's row.
       "DO $do$ BEGIN PERFORM \(SharedLog.schemaLock); END $do$;",
     ]
-    lines += SharedLog.tables.map { $0 + ";" }
+    lines += SharedSchema.statements.map { $0 + ";" }
     lines += [
-      """
-      CREATE TABLE IF NOT EXISTS gs_member (
-        role name NOT NULL, grp text NOT NULL, host text NOT NULL, PRIMARY KEY (grp, host));
-      """,
       "-- The relay's role, the hosts' login roles (no password: set one), and the schema's use.",
       """
       DO $do$
@@ -169,13 +167,13 @@ public struct AccessSetup: Sendable, Equatable {
       """,
       "-- Nothing for PUBLIC; for the relay's role what a relay uses, no more.",
     ]
-    let tables = (SharedLog.tableNames + ["gs_member"]).joined(separator: ", ")
+    let tables = SharedSchema.tableNames.joined(separator: ", ")
     for grantee in ["PUBLIC", relay] {
       lines += [
         "REVOKE ALL ON TABLE \(tables) FROM \(grantee);",
         "REVOKE ALL ON SEQUENCE gs_conflict_id_seq FROM \(grantee);",
-        "REVOKE ALL ON FUNCTION \(SharedLog.shipSignature) FROM \(grantee);",
       ]
+      lines += SharedSchema.functions.map { "REVOKE ALL ON FUNCTION \($0.signature) FROM \(grantee);" }
     }
     lines += SharedLog.grants.map { $0.grantStatement(to: relay) + ";" }
     lines += roles.map { "GRANT \(relay) TO \(Self.identifier($0));" }
@@ -185,7 +183,7 @@ public struct AccessSetup: Sendable, Equatable {
         + "\(Self.literal(member.host))) ON CONFLICT (grp, host) DO UPDATE SET role = excluded.role;"
     }
     lines.append("-- Row-level security: each role reads its groups' rows and writes under its own host name.")
-    for table in SharedLog.tableNames + ["gs_member"] {
+    for table in SharedSchema.tableNames where table != "gs_schema" {
       lines.append("ALTER TABLE \(table) ENABLE ROW LEVEL SECURITY;")
     }
     for policy in Self.policies {
@@ -227,5 +225,13 @@ public struct AccessSetup: Sendable, Equatable {
     ("gs_conflict", "gs_conflict_record",
      "FOR INSERT WITH CHECK ((grp, winner_host) IN \(myHosts) OR (grp, loser_host) IN \(myHosts))"),
     ("gs_member", "gs_member_own", "FOR SELECT USING (role = current_user)"),
+    // Each host announces what it reads, under its own name only; the
+    // group's format moves only through gs_advance_2, an administrator
+    // retires a member.
+    ("gs_peer", "gs_peer_read", "FOR SELECT USING (grp IN \(myGroups))"),
+    ("gs_peer", "gs_peer_announce", "FOR INSERT WITH CHECK ((grp, host) IN \(myHosts))"),
+    ("gs_peer", "gs_peer_reannounce",
+     "FOR UPDATE USING ((grp, host) IN \(myHosts)) WITH CHECK ((grp, host) IN \(myHosts))"),
+    ("gs_group", "gs_group_read", "FOR SELECT USING (grp IN \(myGroups))"),
   ]
 }

@@ -60,12 +60,25 @@ struct Applier {
     context.carried = context.carried.filter { $0.key > applied }
     var entries: [Pending] = []
     while entries.count < Self.batchSize, let stored = context.carried.removeValue(forKey: applied + 1 + Int64(entries.count)) {
-      guard let body = stored.body else { break }
-      entries.append(
-        (stored.position, stored.origin.host, stored.origin.sequence,
-         try LogEntry.decode(body, store: context.storeName, sequence: stored.position)))
+      guard let body = stored.body, let entry = try decode(body, position: stored.position, after: entries.count)
+      else { break }
+      entries.append((stored.position, stored.origin.host, stored.origin.sequence, entry))
     }
     return entries.isEmpty ? nil : entries
+  }
+
+  /// The entry at `position`, decoded; nil when it is in a format this
+  /// relay does not read and `count` entries come before it in the batch:
+  /// they apply, and the next batch starts with it.
+  ///
+  /// - Throws: ``RelayError/unreadableFormat(store:position:format:)`` when
+  ///   it is the first of its batch: the store holds there.
+  private func decode(_ body: String, position: Int64, after count: Int) throws -> LogEntry? {
+    do {
+      return try LogEntry.decode(body, store: context.storeName, sequence: position, formats: context.version.reads)
+    } catch RelayError.unreadableFormat where count > 0 {
+      return nil
+    }
   }
 
   /// Reads the entries from the applied place on, and checks that the log
@@ -92,10 +105,10 @@ struct Applier {
         atPlace = stored.origin
         continue
       }
-      guard stored.position == expected, let body = stored.body else { break }
-      entries.append(
-        (stored.position, stored.origin.host, stored.origin.sequence,
-         try LogEntry.decode(body, store: context.storeName, sequence: stored.position)))
+      guard stored.position == expected, let body = stored.body,
+        let entry = try decode(body, position: stored.position, after: entries.count)
+      else { break }
+      entries.append((stored.position, stored.origin.host, stored.origin.sequence, entry))
       expected += 1
     }
     if let reason = Self.divergence(place: context.place, head: head, purged: purged, entryAtPlace: atPlace) {
@@ -573,7 +586,9 @@ struct Applier {
         let table = row.table, gid = row.gid, position = row.position
         known[table, default: []].insert(gid)
         let columns = try JSONDecoder().decode([String].self, from: Data(row.columns.utf8))
-        let values = try row.data.map { try JSONDecoder().decode([RowValue].self, from: Data($0.utf8)) }
+        let values = try row.data.map {
+          try StoredImage.decode($0, formats: context.version.reads, store: context.storeName, position: position)
+        }
         let image = RowImage(gid: gid, rowID: nil, base: 0, values: values, lost: nil)
         let outcome = try applyImage(image, table: table, columns: columns, position: position, pass: pass, db, &shapes)
         if outcome == .changed {

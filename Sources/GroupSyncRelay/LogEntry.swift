@@ -1,7 +1,8 @@
 import Foundation
 
 /// The body of one entry of the shared log (`gs_change.body`): the row
-/// images of the local change sets one shipment covered, per table.
+/// images of the local change sets one shipment covered, per table, in a
+/// ``LogFormat`` the text names.
 ///
 /// The images are read from the store in one snapshot, after the change
 /// sets committed, so an image may already hold a later local commit than
@@ -27,18 +28,79 @@ struct LogEntry: Codable, Sendable, Equatable {
 
   var rowCount: Int { tables.reduce(0) { $0 + $1.rows.count } }
 
-  func encoded() throws -> String {
-    String(decoding: try JSONEncoder().encode(self), as: UTF8.self)
+  /// The body in `format` (format 1: as relays have always written it).
+  func encoded(format: LogFormat = .v1) throws -> String {
+    var stored = self
+    if format.reversesValues { stored.reverseValues() }
+    return format.mark(String(decoding: try JSONEncoder().encode(stored), as: UTF8.self))
   }
 
-  static func decode(_ text: String, store: String, sequence: Int64) throws -> LogEntry {
+  /// Decodes an entry's body, in whichever of `formats` it names.
+  ///
+  /// - Throws: ``RelayError/unreadableFormat(store:position:format:)`` for
+  ///   a format not in `formats`, ``RelayError/invalidEntry(store:sequence:reason:)``
+  ///   for a text that is no entry.
+  static func decode(_ text: String, store: String, sequence: Int64, formats: [LogFormat]) throws -> LogEntry {
+    guard let format = LogFormat.of(text) else {
+      throw RelayError.invalidEntry(store: store, sequence: sequence, reason: "its format mark holds no number")
+    }
+    guard formats.contains(format) else {
+      throw RelayError.unreadableFormat(store: store, position: sequence, format: format)
+    }
     do {
       var entry = try JSONDecoder().decode(LogEntry.self, from: Data(text.utf8))
+      if format.reversesValues { entry.reverseValues() }
       for index in entry.conflicts.indices { entry.conflicts[index].sequence = sequence }
       return entry
     } catch {
       throw RelayError.invalidEntry(store: store, sequence: sequence, reason: "\(error)")
     }
+  }
+
+  /// Lists every row's values the other way round (``LogFormat/testing``).
+  private mutating func reverseValues() {
+    for table in tables.indices {
+      for row in tables[table].rows.indices { tables[table].rows[row].values?.reverse() }
+    }
+  }
+}
+
+/// A row's current image as `gs_row.data` keeps it: its values in format
+/// 1 a JSON array, in later formats `{"f":N,"v":[…]}`.
+enum StoredImage {
+  /// `values` as `gs_row.data` in `format`.
+  static func encode(_ values: [RowValue], format: LogFormat) throws -> String {
+    let json = { (value: [RowValue]) in String(decoding: try JSONEncoder().encode(value), as: UTF8.self) }
+    guard format != .v1 else { return try json(values) }
+    return format.mark("{\"v\":" + (try json(format.reversesValues ? values.reversed() : values)) + "}")
+  }
+
+  /// The values `data` holds, in whichever of `formats` it names.
+  ///
+  /// - Throws: ``RelayError/unreadableFormat(store:position:format:)``
+  ///   (the image's `position`) for a format not in `formats`;
+  ///   ``RelayError/invalidEntry(store:sequence:reason:)`` for text that
+  ///   is no image.
+  static func decode(_ data: String, formats: [LogFormat], store: String, position: Int64) throws -> [RowValue] {
+    guard let format = LogFormat.of(data) else {
+      throw RelayError.invalidEntry(store: store, sequence: position, reason: "a row image's format mark holds no number")
+    }
+    guard formats.contains(format) else {
+      throw RelayError.unreadableFormat(store: store, position: position, format: format)
+    }
+    do {
+      guard format != .v1 else { return try JSONDecoder().decode([RowValue].self, from: Data(data.utf8)) }
+      let values = try JSONDecoder().decode(Marked.self, from: Data(data.utf8)).values
+      return format.reversesValues ? values.reversed() : values
+    } catch {
+      throw RelayError.invalidEntry(store: store, sequence: position, reason: "a row image: \(error)")
+    }
+  }
+
+  /// An image of a format after 1.
+  private struct Marked: Decodable {
+    var values: [RowValue]
+    enum CodingKeys: String, CodingKey { case values = "v" }
   }
 }
 

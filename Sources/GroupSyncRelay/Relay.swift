@@ -128,6 +128,8 @@ public final class Relay: @unchecked Sendable {
     current = RelayStatus(
       host: configuration.host, group: configuration.group, processID: getpid(), isConnected: false, isLive: true,
       lastError: nil, updatedAtNanoseconds: 0, stores: [])
+    current.relayVersion = configuration.version.name
+    current.formatsRead = configuration.version.reads.map(\.rawValue)
   }
 
   deinit {
@@ -167,7 +169,7 @@ public final class Relay: @unchecked Sendable {
       let store = name == "main" ? group.store : try group.store(named: name)
       return try ReplicaContext(
         store: store, storeName: name, group: configuration.group, host: configuration.host,
-        policy: configuration.policy, author: author, retention: configuration.retention,
+        policy: configuration.policy, version: configuration.version, author: author, retention: configuration.retention,
         references: configuration.references, stop: stopSignal,
         failpoints: failpoints, metricsFactory: configuration.metricsFactory, emit: emit)
     }
@@ -365,7 +367,10 @@ public final class Relay: @unchecked Sendable {
     try log.prepareAccess(group: configuration.group, host: configuration.host)
     try log.lockHost(group: configuration.group, host: configuration.host)
     try log.listen()
+    try log.announce(group: configuration.group, host: configuration.host, version: configuration.version)
+    lastFormatCheck = .now
     self.log = log
+    takeGroupFormat(log)
     for context in contexts {
       // What notifications of an earlier session carried may have been
       // lost with it (a failover): the log is read again.
@@ -385,40 +390,100 @@ public final class Relay: @unchecked Sendable {
   }
 
   /// One pass: recover if needed, ship everything pending (when a local
-  /// commit may have happened), apply everything the log holds.
+  /// commit may have happened), apply everything the log holds. A store
+  /// that holds (an entry in a format this relay does not read) does
+  /// neither.
   private func pass() throws -> PassOutcome {
     guard let log else { throw RelayError.disconnected(reason: "no connection") }
     let local = localCommits.take() || needsRecovery
     if needsRecovery {
-      for context in contexts { try recover(context, log) }
+      for context in contexts where context.formatHold == nil {
+        try holding(context, log) { try recover(context, log) }
+      }
       needsRecovery = false
+    }
+    if ContinuousClock.now - lastFormatCheck >= Self.formatCheckInterval {
+      // A member retired or gone past the window lets the group move up.
+      try log.advanceFormat(group: configuration.group)
+      lastFormatCheck = .now
     }
     // A store whose log diverged re-synchronises before anything ships, so
     // that shipments carry positions the log holds.
-    for context in contexts where context.divergence != nil { try Applier(context: context).apply(log) }
+    for context in contexts where context.divergence != nil && context.formatHold == nil {
+      try holding(context, log) { try Applier(context: context).apply(log) }
+    }
     if local {
       // After a migration here: its new columns filled in before anything ships.
-      for context in contexts { try Applier(context: context).reconcileSchema() }
+      for context in contexts where context.formatHold == nil { try Applier(context: context).reconcileSchema() }
       if let stopped = try counting(\.shippingRoundTrips, log, { try shipAll(log) }) { return stopped }
     }
+    takeGroupFormat(log)
     // The shipments' own notifications came with their answers.
     takeNotifications(log)
     return try counting(\.applyingRoundTrips, log) { try applyAll(log) }
   }
 
+  /// Runs `body` for `context`; an entry or image in a format this relay
+  /// does not read puts the store on hold instead of failing the pass.
+  private func holding(_ context: ReplicaContext, _ log: SharedLog, _ body: () throws -> Void) throws {
+    do {
+      try body()
+    } catch RelayError.unreadableFormat(let store, let position, let format) {
+      context.formatHold = (position, format)
+      context.metrics.formatHeld.record(format.rawValue)
+      let text = RelayError.unreadableFormat(store: store, position: position, format: format).description
+      logger.error("\(text)")
+      emit(.formatHeld(store: store, position: position, format: format.rawValue, readers: format.readers))
+      try log.recordHold(context.replica, at: position)
+    }
+  }
+
+  /// How often the relay asks the server whether the group's format can
+  /// move up (besides when it connects, and the answer of every shipment).
+  private static let formatCheckInterval = Duration.seconds(10)
+  private var lastFormatCheck = ContinuousClock.now
+  /// The group's format as last told (``RelayEvent/format(group:writing:)``).
+  private var knownGroupFormat: LogFormat?
+
+  /// Takes the group's format the server last told: the stores write the
+  /// newest this relay writes up to it, and a change is told.
+  private func takeGroupFormat(_ log: SharedLog) {
+    let group = log.groupFormat
+    guard group != knownGroupFormat else { return }
+    knownGroupFormat = group
+    let writing = configuration.version.writes(groupFormat: group)
+    for context in contexts { context.writeFormat = writing }
+    logger.info("the group's log is in \(group); this relay writes \(writing)")
+    emit(.format(group: group.rawValue, writing: writing.rawValue))
+    lock.withLock {
+      current.groupFormat = group.rawValue
+      current.writeFormat = writing.rawValue
+    }
+  }
+
   /// Ships what every store has pending; nil when it is all shipped.
   private func shipAll(_ log: SharedLog) throws -> PassOutcome? {
-    for context in contexts {
-      shipping: while true {
-        switch try Shipper(context: context).ship(log) {
-        case .nothing: break shipping
-        case .shipped:
-          context.shippedEntries += 1
-          failpoints.shipmentCommitted()
-          if isStopping { return .done }
-        case .recover(let reason): return .recover(reason)
+    for context in contexts where context.formatHold == nil {
+      var outcome: PassOutcome?
+      try holding(context, log) {
+        shipping: while true {
+          switch try Shipper(context: context).ship(log) {
+          case .nothing: break shipping
+          case .shipped:
+            context.shippedEntries += 1
+            failpoints.shipmentCommitted()
+            takeGroupFormat(log)
+            if isStopping {
+              outcome = .done
+              break shipping
+            }
+          case .recover(let reason):
+            outcome = .recover(reason)
+            break shipping
+          }
         }
       }
+      if let outcome { return outcome }
     }
     return nil
   }
@@ -429,11 +494,18 @@ public final class Relay: @unchecked Sendable {
     // A store whose entry is refused (schema) does not hold up the others;
     // the first such error is reported once they are done.
     var refused: (any Error)?
-    for context in contexts {
+    for context in contexts where context.formatHold == nil {
       do {
-        while try Applier(context: context).apply(log) {
-          if isStopping { return .done }
+        var stopped = false
+        try holding(context, log) {
+          while try Applier(context: context).apply(log) {
+            if isStopping {
+              stopped = true
+              return
+            }
+          }
         }
+        if stopped { return .done }
       } catch where Self.isLocal(error) {
         refused = refused ?? error
       }
@@ -487,7 +559,8 @@ public final class Relay: @unchecked Sendable {
     }
     guard shipped > context.place.lastShipment else { return }
     let entries = try log.ownEntries(context.replica, after: context.place.lastShipment).map { own in
-      (own.position, try LogEntry.decode(own.body, store: context.storeName, sequence: own.position))
+      (own.position,
+       try LogEntry.decode(own.body, store: context.storeName, sequence: own.position, formats: context.version.reads))
     }
     try context.write { db in
       for (position, entry) in entries { try Shipper.recordWinners(entry, position: position, db) }
@@ -604,7 +677,8 @@ public final class Relay: @unchecked Sendable {
           name: context.storeName, localSequence: local.0, shipped: context.place.shipped, unshipped: local.1,
           logHead: context.logHead, applied: context.place.applied,
           lagChangeSets: max(0, context.logHead - context.place.applied), lagSeconds: lagSeconds,
-          conflicts: context.conflicts, heldRows: local.2.values.reduce(0, +)))
+          conflicts: context.conflicts, heldRows: local.2.values.reduce(0, +),
+          heldAt: context.formatHold?.position, heldFormat: context.formatHold?.format.rawValue))
       context.metrics.lagEntries.record(max(0, context.logHead - context.place.applied))
       context.metrics.lagSeconds.record(lagSeconds)
       // (A store that could not be read keeps the counts it last showed.)

@@ -40,6 +40,15 @@ public struct RelayConfiguration: Sendable {
   /// the factory the program bootstrapped with `MetricsSystem.bootstrap(_:)`
   /// (by default one that drops them).
   public var metricsFactory: (any MetricsFactory)?
+  /// For tests of rolling upgrades only: the relay also reads and writes
+  /// ``LogFormat/testing``, a format newer than this build's with a change
+  /// of meaning, as the next version's relay would (see
+  /// ``RelayVersion/testing``). Never in production: only builds that set
+  /// it read what it writes once the group moves up.
+  public var speaksTestingFormat = false
+
+  /// The relay's version and the formats it reads and writes.
+  public var version: RelayVersion { speaksTestingFormat ? .testing : .current }
 
   public init(folder: String, conninfo: String, group: String? = nil, host: String? = nil) {
     self.folder = folder

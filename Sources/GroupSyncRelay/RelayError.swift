@@ -40,12 +40,20 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
   /// Under row-level security, `role` is not allowed to act as `host` in
   /// `group`: `gs_member` has no such row.
   case notAMember(role: String, host: String, group: String)
+  /// The server's objects are of schema `server`, which serves relays of
+  /// schema `servesFrom` and later only: this relay is too old for them;
+  /// `needsRelay` names the relay version it takes.
+  case serverSchemaTooNew(server: Int, servesFrom: Int, needsRelay: String)
+  /// An entry, a row's image or a conflict record of the shared log is in
+  /// a format this relay does not read: the store holds there (applies
+  /// and ships nothing) until a relay that reads it runs.
+  case unreadableFormat(store: String, position: Int64, format: LogFormat)
 
   /// Whether only an administrator can cure this (a table, a grant, a
   /// membership): the relay gives up instead of retrying.
   var needsAdministrator: Bool {
     switch self {
-    case .sharedTablesUnavailable, .missingPrivileges, .notAMember: true
+    case .sharedTablesUnavailable, .missingPrivileges, .notAMember, .serverSchemaTooNew: true
     default: false
     }
   }
@@ -57,7 +65,7 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
   /// drops the connection.
   var leavesConnectionUsable: Bool {
     switch self {
-    case .schemaMismatch, .unsupportedTable, .invalidEntry: true
+    case .schemaMismatch, .unsupportedTable, .invalidEntry, .unreadableFormat: true
     case .postgres(_, _, let state?):
       // The connection broke, the server ends the session, or it failed
       // inside: start over.
@@ -100,6 +108,14 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
       return "role '\(role)' may not act as host '\(host)' in group '\(group)' (no row in gs_member): "
         + "have an administrator run `groupsync relay --print-setup --group \(group) \(role):\(host)`"
         + " (psql -v ON_ERROR_STOP=1)"
+    case .serverSchemaTooNew(let server, let servesFrom, let needsRelay):
+      return "the server's relay objects are of schema \(server), which serves relays of schema \(servesFrom) "
+        + "and later; this relay (\(RelayVersion.current.name)) speaks schema \(SharedSchema.version): "
+        + "upgrade it to relay \(needsRelay) or later"
+    case .unreadableFormat(let store, let position, let format):
+      return "store '\(store)' holds at entry #\(position) of the shared log: it is in \(format), which this relay "
+        + "(\(RelayVersion.current.name)) does not read; \(format.readers) reads it. Nothing is skipped: upgrade "
+        + "this host's relay and it applies from there"
     }
   }
 }

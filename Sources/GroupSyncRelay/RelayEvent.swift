@@ -27,6 +27,14 @@ public enum RelayEvent: Sendable, Equatable, Codable {
   /// `*_id` column no foreign key declares: declare it, or it travels as
   /// a number that means another row on other hosts).
   case identities(store: String, localKeys: [String], references: [String], suspects: [String])
+  /// The group's log format, as this relay learned it (when it connects,
+  /// and when the group moves up), and the format it writes meanwhile.
+  case format(group: Int, writing: Int)
+  /// The store holds at entry `position`: it is in format `format`, which
+  /// this relay does not read (a newer relay wrote it); `readers` names
+  /// the relay versions that do. Nothing after it is applied or shipped
+  /// until this host's relay is upgraded; nothing is skipped.
+  case formatHeld(store: String, position: Int64, format: Int, readers: String)
   /// Something failed; the relay goes on (retrying what failed).
   case error(String)
   /// The relay gave up and its thread ended: only an administrator can

@@ -34,6 +34,9 @@ import CoreMetrics
 /// - ``heldRows``: row images held back now, waiting to be applied, with a
 ///   dimension `reason`, one of ``HeldCause``'s raw values (a gauge, as
 ///   ``lagEntries``).
+/// - ``formatHeld``: the log format the store holds for (an entry in a
+///   format this relay does not read: it applies and ships nothing until
+///   upgraded), 0 when it does not hold (a gauge, as ``lagEntries``).
 /// - ``shipDuration``: one shipment, from reading the local changes to the
 ///   local bookkeeping after PostgreSQL's COMMIT (a timer).
 /// - ``applyDuration``: one batch of entries applied in one local
@@ -58,6 +61,8 @@ public enum RelayMetrics {
   public static let heldRows = "groupsync_relay_held_rows"
   /// One shipment (timer; `group`, `store`, `host`).
   public static let shipDuration = "groupsync_relay_ship_duration"
+  /// See the list above.
+  public static let formatHeld = "groupsync_relay_format_held"
   /// One batch of entries applied in one local transaction (timer; `group`, `store`, `host`).
   public static let applyDuration = "groupsync_relay_apply_duration"
   /// Connections made again (counter; `group`, `host`).

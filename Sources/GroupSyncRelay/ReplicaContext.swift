@@ -17,6 +17,16 @@ final class ReplicaContext: @unchecked Sendable {
   /// The key of this host's replica of the store in the shared log.
   var replica: SharedLog.Replica { SharedLog.Replica(group: group, store: storeName, host: host) }
   let policy: ConflictPolicy
+  /// The log formats this relay reads and writes.
+  let version: RelayVersion
+  /// The format shipments are written in: the group's, or the newest this
+  /// relay writes below it (see ``RelayVersion/writes(groupFormat:)``).
+  var writeFormat = LogFormat.v1
+  /// Set once the store meets an entry or image in a format this relay
+  /// does not read: it then applies and ships nothing for the rest of the
+  /// relay's life (only another build reads it), and no purge passes the
+  /// position.
+  var formatHold: (position: Int64, format: LogFormat)?
   /// The author label of the relay's own local writes: change sets with it
   /// came from the log and are never shipped back.
   let author: String
@@ -65,8 +75,8 @@ final class ReplicaContext: @unchecked Sendable {
   static let carriedLimit = 4096
 
   init(
-    store: Store, storeName: String, group: String, host: String, policy: ConflictPolicy, author: String,
-    retention: Int64?, references: [RowReference] = [], stop: WakePipe? = nil, failpoints: RelayFailpoints = RelayFailpoints(nil),
+    store: Store, storeName: String, group: String, host: String, policy: ConflictPolicy,
+    version: RelayVersion = .current, author: String, retention: Int64?, references: [RowReference] = [], stop: WakePipe? = nil, failpoints: RelayFailpoints = RelayFailpoints(nil),
     metricsFactory: (any MetricsFactory)? = nil, emit: @escaping @Sendable (RelayEvent) -> Void
   ) throws {
     self.store = store
@@ -74,6 +84,7 @@ final class ReplicaContext: @unchecked Sendable {
     self.group = group
     self.host = host
     self.policy = policy
+    self.version = version
     self.author = author
     self.retention = retention
     self.references = references

@@ -13,6 +13,7 @@ final class ReplicaMetrics: @unchecked Sendable {
   let lagSeconds: Gauge
   let shipDuration: Timer
   let applyDuration: Timer
+  let formatHeld: Gauge
   private let held: [RelayMetrics.HeldCause: Gauge]
   private var conflicts: [String: Counter]
   private let dimensions: [(String, String)]
@@ -30,6 +31,8 @@ final class ReplicaMetrics: @unchecked Sendable {
     lagSeconds = Gauge(label: RelayMetrics.lagSeconds, dimensions: dimensions, factory: factory)
     shipDuration = Timer(label: RelayMetrics.shipDuration, dimensions: dimensions, factory: factory)
     applyDuration = Timer(label: RelayMetrics.applyDuration, dimensions: dimensions, factory: factory)
+    formatHeld = Gauge(label: RelayMetrics.formatHeld, dimensions: dimensions, factory: factory)
+    formatHeld.record(0)
     // Every series exists from the start (at 0), so that a rate or an
     // alert on it works before the first conflict or held row.
     var held: [RelayMetrics.HeldCause: Gauge] = [:]

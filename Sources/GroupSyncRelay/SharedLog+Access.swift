@@ -1,36 +1,46 @@
 import Foundation
 
 /// What a relay's role may do on the shared tables: the grants the set-up
-/// gives (``AccessSetup``) and the relay checks at connect, from one list.
+/// gives (``AccessSetup``) and the relay checks at connect, from one list;
+/// and the version of the server's objects (``SharedSchema``).
 extension SharedLog {
   /// A privilege the relay needs: on a table (on some of its columns
-  /// only, when `columns` names them), on a sequence, or on `gs_ship`.
+  /// only, when `columns` names them), on a sequence, or on a function
+  /// (by signature).
   struct Grant: Sendable {
     enum Object: Sendable {
       case table(String)
       case sequence(String)
-      case shipFunction
+      case function(String)
     }
 
     let privilege: String
     let object: Object
     let columns: [String]
     /// Needed only under row-level security (`gs_member`, which only the
-    /// set-up makes): a relay that finds no such table does not miss it.
+    /// set-up fills): a relay that finds no such table does not miss it.
     let onlyUnderRowSecurity: Bool
+    /// Used by the relays of the version before only (`gs_ship`): the
+    /// set-up gives it, so that they run beside this one; this relay does
+    /// not check it.
+    let onlyForOlderRelays: Bool
 
-    init(_ privilege: String, _ object: Object, _ columns: [String] = [], onlyUnderRowSecurity: Bool = false) {
+    init(
+      _ privilege: String, _ object: Object, _ columns: [String] = [], onlyUnderRowSecurity: Bool = false,
+      onlyForOlderRelays: Bool = false
+    ) {
       self.privilege = privilege
       self.object = object
       self.columns = columns
       self.onlyUnderRowSecurity = onlyUnderRowSecurity
+      self.onlyForOlderRelays = onlyForOlderRelays
     }
 
     /// How the object is named in `GRANT` and in the relay's messages.
     var objectName: String {
       switch object {
       case .table(let name), .sequence(let name): name
-      case .shipFunction: "gs_ship"
+      case .function(let signature): String(signature.prefix { $0 != "(" })
       }
     }
 
@@ -46,7 +56,7 @@ extension SharedLog {
         let columnList = columns.isEmpty ? "" : " (\(columns.joined(separator: ", ")))"
         return "GRANT \(privilege)\(columnList) ON TABLE \(name) TO \(role)"
       case .sequence(let name): return "GRANT \(privilege) ON SEQUENCE \(name) TO \(role)"
-      case .shipFunction: return "GRANT \(privilege) ON FUNCTION \(SharedLog.shipSignature) TO \(role)"
+      case .function(let signature): return "GRANT \(privilege) ON FUNCTION \(signature) TO \(role)"
       }
     }
 
@@ -63,8 +73,8 @@ extension SharedLog {
           .joined(separator: " AND ")
       case .sequence(let name):
         expression = "has_sequence_privilege(to_regclass('\(name)'), '\(privilege)')"
-      case .shipFunction:
-        expression = "has_function_privilege(to_regprocedure('\(SharedLog.shipSignature)'), '\(privilege)')"
+      case .function(let signature):
+        expression = "has_function_privilege(to_regprocedure('\(signature)'), '\(privilege)')"
       }
       return onlyUnderRowSecurity ? "coalesce(\(expression), true)" : "(\(expression))"
     }
@@ -72,98 +82,153 @@ extension SharedLog {
 
   /// Every privilege a relay uses, and no more: it reads its groups' rows,
   /// enrolls its replicas (`gs_host`, `gs_clock`), takes positions,
-  /// writes images, entries and conflicts through `gs_ship`, moves its
-  /// places, and purges entries (`DELETE` in `gs_ship`). `gs_change` is
-  /// never updated.
+  /// writes images, entries and conflicts through `gs_ship_2`, moves its
+  /// places and holds, purges entries (`DELETE` in `gs_ship_2`), announces
+  /// what it reads (`gs_peer`) and moves the group's format through
+  /// `gs_advance_2`. `gs_change` is never updated. The relays of the
+  /// version before use `gs_ship` and the columns they knew.
   static let grants: [Grant] = [
     Grant("SELECT", .table("gs_clock")),
     Grant("INSERT", .table("gs_clock"), ["grp", "store"]),
     Grant("UPDATE", .table("gs_clock"), ["seq", "purged_through"]),
     Grant("SELECT", .table("gs_change")),
-    Grant("INSERT", .table("gs_change"), ["grp", "store", "seq", "origin_host", "origin_seq", "body"]),
+    Grant("INSERT", .table("gs_change"), ["grp", "store", "seq", "origin_host", "origin_seq", "body", "format"]),
     Grant("DELETE", .table("gs_change")),
     Grant("SELECT", .table("gs_row")),
     Grant("INSERT", .table("gs_row"), ["grp", "store", "tbl", "gid", "seq", "origin_host", "columns", "data"]),
     Grant("UPDATE", .table("gs_row"), ["seq", "origin_host", "columns", "data"]),
     Grant("SELECT", .table("gs_host")),
     Grant("INSERT", .table("gs_host"), ["grp", "store", "host"]),
-    Grant("UPDATE", .table("gs_host"), ["shipped_seq", "applied_seq", "seen_at"]),
+    Grant("UPDATE", .table("gs_host"), ["shipped_seq", "applied_seq", "seen_at", "held_at"]),
     Grant("SELECT", .table("gs_conflict")),
     Grant(
       "INSERT", .table("gs_conflict"),
-      ["grp", "store", "seq", "tbl", "gid", "rule", "winner_host", "loser_host", "record"]),
+      ["grp", "store", "seq", "tbl", "gid", "rule", "winner_host", "loser_host", "record", "format"]),
     Grant("USAGE", .sequence("gs_conflict_id_seq")),
-    Grant("EXECUTE", .shipFunction),
+    Grant("SELECT", .table("gs_peer")),
+    Grant("INSERT", .table("gs_peer"), ["grp", "host", "version", "reads"]),
+    Grant("UPDATE", .table("gs_peer"), ["version", "reads", "announced_at", "retired_at"]),
+    Grant("SELECT", .table("gs_group")),
+    Grant("SELECT", .table("gs_schema")),
+    Grant("EXECUTE", .function(SharedSchema.ship2Signature)),
+    Grant("EXECUTE", .function(SharedSchema.advance2Signature)),
     Grant("SELECT", .table("gs_member"), onlyUnderRowSecurity: true),
+    Grant("EXECUTE", .function(SharedSchema.ship1Signature), onlyForOlderRelays: true),
   ]
 
-  /// The relay's tables, as `to_regclass` names them.
-  static let tableNames = ["gs_clock", "gs_change", "gs_row", "gs_host", "gs_conflict"]
+  /// What this relay checks it holds (``grants`` less the older relays' own).
+  static var checkedGrants: [Grant] { grants.filter { !$0.onlyForOlderRelays } }
+
+  /// The version of the server's objects, as `gs_schema` says it.
+  struct ServerSchema: Sendable, Equatable {
+    let version: Int
+    /// The oldest relay schema it serves, and the relay version of it.
+    let servesFrom: Int
+    let servesFromRelay: String
+  }
 
   /// What the server holds and what this session's role may do there.
   struct Access: Sendable {
     /// `current_user`.
     let role: String
-    /// Tables that do not exist, and whether `gs_ship` is missing or not
-    /// the relay's own.
+    /// Tables that do not exist, and functions missing or not as this
+    /// build makes them.
     let missingTables: [String]
-    let shipFunctionCurrent: Bool
+    let staleFunctions: [String]
+    /// nil: no `gs_schema` (no objects, or those of relays before versions).
+    let schema: ServerSchema?
     /// Whether row-level security applies to this role on `gs_change`
     /// (false for the tables' owner, a superuser, or without policies).
     let rowSecurityActive: Bool
+    /// Whether `gs_member` exists.
     let memberTableExists: Bool
-    /// The labels of the ``grants`` the role lacks.
+    /// The labels of the ``checkedGrants`` the role lacks.
     let missingPrivileges: [String]
 
-    /// Whether the tables and `gs_ship` are there and current.
-    var isCurrent: Bool { missingTables.isEmpty && shipFunctionCurrent }
+    /// Whether the objects are there, at this build's version or newer.
+    var isCurrent: Bool {
+      missingTables.isEmpty && staleFunctions.isEmpty && (schema?.version ?? 0) >= SharedSchema.version
+    }
 
     /// What is missing or out of date, in words.
     var problem: String {
       var parts: [String] = []
       if !missingTables.isEmpty { parts.append("no table \(missingTables.joined(separator: ", "))") }
-      if !shipFunctionCurrent { parts.append("gs_ship missing or another version") }
+      if !staleFunctions.isEmpty {
+        parts.append("\(staleFunctions.joined(separator: ", ")) missing or another version")
+      }
+      let version = schema?.version ?? (missingTables.contains("gs_change") ? 0 : 1)
+      if version < SharedSchema.version {
+        parts.append("server schema \(version), this relay needs \(SharedSchema.version)")
+      }
       return parts.joined(separator: "; ")
     }
   }
 
-  /// Reads, in one round trip, whether the tables and `gs_ship` are
-  /// there and current, whether row-level security applies, and which
-  /// privileges the role lacks.
+  /// Reads, in one round trip (two where `gs_schema` exists), which
+  /// objects are there and current, their version, whether row-level
+  /// security applies, and which privileges the role lacks.
   func inspectAccess() throws -> Access {
-    let missing = Self.tableNames.map { "CASE WHEN to_regclass('\($0)') IS NULL THEN '\($0)' END" }
+    let missing = SharedSchema.tableNames.map { "CASE WHEN to_regclass('\($0)') IS NULL THEN '\($0)' END" }
+    let functions = SharedSchema.functions
+    let stale = functions.indices.map { index in
+      "CASE WHEN NOT EXISTS (SELECT 1 FROM pg_proc p WHERE p.oid = to_regprocedure($\(2 * index + 1)) "
+        + "AND p.prosrc = $\(2 * index + 2)) THEN $\(2 * index + 1) END"
+    }
     let state = Statement(
       """
       SELECT current_user, array_to_string(ARRAY[\(missing.joined(separator: ", "))], ','),
-        EXISTS (SELECT 1 FROM pg_proc p WHERE p.oid = to_regprocedure($1) AND p.prosrc = $2),
+        array_to_string(ARRAY[\(stale.joined(separator: ", "))], ';'),
         coalesce(row_security_active(to_regclass('gs_change')), false), to_regclass('gs_member') IS NOT NULL
-      """, [Self.shipSignature, Self.shipSource])
-    let values = Self.grants.enumerated().map { "($\($0.offset + 1), \($0.element.check))" }
+      """, functions.flatMap { [$0.signature, $0.source] })
+    let values = Self.checkedGrants.enumerated().map { "($\($0.offset + 1), \($0.element.check))" }
     let privileges = Statement(
       "SELECT v.label FROM (VALUES \(values.joined(separator: ", "))) AS v(label, granted) WHERE v.granted IS NOT TRUE",
-      Self.grants.map(\.label))
+      Self.checkedGrants.map(\.label))
     let results = try connection.run([state, privileges])
     let row = results[0].first ?? []
     func column(_ index: Int) -> String? { index < row.count ? row[index] : nil }
+    let missingTables = (column(1) ?? "").split(separator: ",").map(String.init)
+    var schema: ServerSchema?
+    if !missingTables.contains("gs_schema") {
+      schema = try connection.execute("SELECT version, serves_from, serves_from_relay FROM gs_schema").first
+        .flatMap { row in
+          guard let version = Self.integer(row[0]), let servesFrom = Self.integer(row[1]) else { return nil }
+          return ServerSchema(version: Int(version), servesFrom: Int(servesFrom), servesFromRelay: row[2] ?? "?")
+        }
+    }
     return Access(
-      role: column(0) ?? "?",
-      missingTables: (column(1) ?? "").split(separator: ",").map(String.init),
-      shipFunctionCurrent: column(2) == "t", rowSecurityActive: column(3) == "t", memberTableExists: column(4) == "t",
+      role: column(0) ?? "?", missingTables: missingTables,
+      staleFunctions: (column(2) ?? "").split(separator: ";").map { String($0.prefix { $0 != "(" }) },
+      schema: schema, rowSecurityActive: column(3) == "t", memberTableExists: column(4) == "t",
       missingPrivileges: results[1].compactMap { $0.first ?? nil })
   }
 
   /// Makes sure this session can act as `host` in `group`: creates the
-  /// tables and `gs_ship` when they are missing or out of date (as the
-  /// relay always did, when its role may), then checks the role's
-  /// privileges and, under row-level security, its membership.
+  /// objects, or migrates them forward, when they are missing or older
+  /// than this build's (as the relay always did, when its role may), never
+  /// over a newer version; then checks the role's privileges and, under
+  /// row-level security, its membership.
   ///
-  /// - Throws: ``RelayError/sharedTablesUnavailable(role:problem:)``,
+  /// - Throws: ``RelayError/serverSchemaTooNew(server:servesFrom:needsRelay:)``
+  ///   when the server's objects no longer serve this relay,
+  ///   ``RelayError/sharedTablesUnavailable(role:problem:)``,
   ///   ``RelayError/missingPrivileges(role:missing:)``,
   ///   ``RelayError/notAMember(role:host:group:)``, each naming what an
   ///   administrator has to give.
   func prepareAccess(group: String, host: String) throws {
     var access = try inspectAccess()
-    if !access.isCurrent {
+    if let schema = access.schema, schema.version > SharedSchema.version {
+      // A newer relay migrated the server: use what it still serves, and
+      // replace nothing of it.
+      guard schema.servesFrom <= SharedSchema.version else {
+        throw RelayError.serverSchemaTooNew(
+          server: schema.version, servesFrom: schema.servesFrom, needsRelay: schema.servesFromRelay)
+      }
+      guard access.missingTables.isEmpty, access.staleFunctions.isEmpty else {
+        throw RelayError.sharedTablesUnavailable(role: access.role, problem: access.problem)
+      }
+    } else if !access.isCurrent {
       do {
         try createTables()
       } catch SQLState.insufficientPrivilege {

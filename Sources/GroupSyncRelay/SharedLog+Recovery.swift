@@ -19,13 +19,17 @@ extension SharedLog {
     let entryAtPlace: EntryOrigin?
   }
 
-  /// Makes `replica`'s rows of `gs_host` and `gs_clock` if missing, and
+  /// Makes `replica`'s rows of `gs_host` and `gs_clock` if missing, clears
+  /// a hold an earlier relay of this host left, and
   /// reads its shipped place, the clock, and the origin of the entry at
   /// `place` (this host's applied place): one round trip.
   func enroll(_ replica: Replica, place: Int64) throws -> Enrollment {
     let keys: [String?] = [replica.group, replica.store, replica.host]
     let results = try exchange([
       .init("INSERT INTO gs_host(grp, store, host) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", keys),
+      // A relay that starts holds nothing yet (it finds out again).
+      .init(
+        "UPDATE gs_host SET held_at = NULL WHERE grp = $1 AND store = $2 AND host = $3 AND held_at IS NOT NULL", keys),
       .init("INSERT INTO gs_clock(grp, store) VALUES ($1, $2) ON CONFLICT DO NOTHING", [replica.group, replica.store]),
       .init("SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3", keys),
       .init(
@@ -35,12 +39,12 @@ extension SharedLog {
         WHERE k.grp = $1 AND k.store = $2
         """, [replica.group, replica.store, String(place)]),
     ])
-    let clock = results[3].first.flatMap { row -> Clock? in
+    let clock = results[4].first.flatMap { row -> Clock? in
       guard let head = Self.integer(row[0]) else { return nil }
       return Clock(
         head: head, purged: Self.integer(row[1]) ?? 0, entryAtPlace: Self.origin(host: row[2], sequence: row[3]))
     }
-    return Enrollment(shipped: Self.integer(results[2].first?[0] ?? nil) ?? 0, clock: clock)
+    return Enrollment(shipped: Self.integer(results[3].first?[0] ?? nil) ?? 0, clock: clock)
   }
 
   /// An entry `replica`'s host shipped: its position and body.

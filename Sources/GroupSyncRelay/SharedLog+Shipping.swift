@@ -39,8 +39,9 @@ extension SharedLog {
     /// The local sequence it ships through (`gs_host.shipped_seq`, and the
     /// entry's `origin_seq`).
     let through: Int64
-    /// The entry's body (``LogEntry/encoded()``).
+    /// The entry's body (``LogEntry/encoded(format:)``), and its format.
     let body: String
+    let format: LogFormat
     /// Entries older than the newest minus this are purged (nil: none).
     let retention: Int64?
     let winners: [Winner]
@@ -90,7 +91,7 @@ extension SharedLog {
     case rowsMoved
   }
 
-  /// Ships in one statement, `gs_ship`: unless `settled`, it locks this
+  /// Ships in one statement, `gs_ship_2`: unless `settled`, it locks this
   /// host's shipped place and the rows the shipment writes, and stops if
   /// the place is already past `through` or a row moved past the image's
   /// base; then it takes the next position (`UPDATE gs_clock … RETURNING
@@ -98,7 +99,8 @@ extension SharedLog {
   /// commit order), records the winners, appends the entry and its
   /// conflicts, moves the shipped place, purges what retention lets go
   /// and notifies (the entry itself in the payload when it fits and the
-  /// log is not under row-level security, see ``Hint``).
+  /// log is not under row-level security, see ``Hint``). The group's
+  /// format comes back with the outcome (``groupFormat``).
   ///
   /// Not `settled`: one statement on its own, so one round trip and its
   /// own transaction; the deferred bookkeeping rides along. `settled`:
@@ -112,9 +114,9 @@ extension SharedLog {
     let conflicts = shipment.conflicts.map(\.record)
     let statement = Statement(
       """
-      SELECT outcome, pos FROM gs_ship($1, $2, $3, $4::bigint, $5, $6::bigint,
+      SELECT outcome, pos, group_format FROM gs_ship_2($1, $2, $3, $4::bigint, $5, $6::bigint,
         $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[],
-        $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::boolean)
+        $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::boolean, $19::smallint)
       """,
       [
         replica.group, replica.store, replica.host, String(shipment.through), shipment.body,
@@ -125,10 +127,11 @@ extension SharedLog {
         PostgresArray.literal(conflicts.map(\.table)), PostgresArray.literal(conflicts.map(\.gid)),
         PostgresArray.literal(conflicts.map(\.rule)), PostgresArray.literal(conflicts.map(\.winnerHost)),
         PostgresArray.literal(conflicts.map(\.loserHost)), PostgresArray.literal(shipment.conflicts.map(\.json)),
-        settled ? "true" : "false",
+        settled ? "true" : "false", String(shipment.format.rawValue),
       ])
     let rows = settled ? try connection.run([statement, Statement("COMMIT")])[0] : try exchange([statement])[0]
     let outcome = rows.first?[0] ?? nil, position = Self.integer(rows.first?[1] ?? nil) ?? 0
+    if let format = Self.integer(rows.first?[2] ?? nil) { groupFormat = LogFormat(rawValue: Int(format)) }
     switch outcome {
     case "shipped": return .shipped(position: position)
     case "already": return .alreadyShipped(through: position)
@@ -137,87 +140,4 @@ extension SharedLog {
       throw RelayError.invalidEntry(store: replica.store, sequence: 0, reason: "gs_clock has no row for the store")
     }
   }
-
-  /// `gs_ship`'s argument types, as `GRANT` and `to_regprocedure` name it.
-  static let shipSignature =
-    "gs_ship(text, text, text, bigint, text, bigint, text[], text[], bigint[], text[], text[], "
-    + "text[], text[], text[], text[], text[], text[], boolean)"
-
-  /// `gs_ship`'s body as the server keeps it (`pg_proc.prosrc`): a
-  /// relay that finds another one there replaces it, or says it may not.
-  static let shipSource = shipFunction.components(separatedBy: "$fn$")[1]
-
-  /// `gs_ship`, created with the tables (see ``ship(_:_:settled:)``). Its
-  /// row locks are taken in (table, global ID) order, as
-  /// ``beginShipment(_:targets:)`` takes them, and before the clock row,
-  /// so that shippers never deadlock.
-  static let shipFunction = """
-    CREATE OR REPLACE FUNCTION gs_ship(
-      p_grp text, p_store text, p_host text, p_through bigint, p_body text, p_retention bigint,
-      w_tbl text[], w_gid text[], w_base bigint[], w_columns text[], w_data text[],
-      c_tbl text[], c_gid text[], c_rule text[], c_winner text[], c_loser text[], c_record text[],
-      p_settled boolean)
-    RETURNS TABLE(outcome text, pos bigint) LANGUAGE plpgsql AS $fn$
-    DECLARE
-      v_shipped bigint;
-      v_moved boolean;
-      v_seq bigint;
-      v_purged bigint;
-      v_hint text;
-    BEGIN
-      IF NOT p_settled THEN
-        SELECT h.shipped_seq INTO v_shipped FROM gs_host h
-        WHERE h.grp = p_grp AND h.store = p_store AND h.host = p_host FOR UPDATE;
-        IF v_shipped >= p_through THEN
-          RETURN QUERY SELECT 'already'::text, v_shipped;
-          RETURN;
-        END IF;
-        -- One primary-key lookup per row, whatever the planner thinks of
-        -- the table's size, in (table, global ID) order.
-        SELECT coalesce(bool_or(r.seq > w.base), false) INTO v_moved
-        FROM (SELECT DISTINCT u.tbl, u.gid, u.base FROM unnest(w_tbl, w_gid, w_base) AS u(tbl, gid, base)
-              ORDER BY u.tbl, u.gid) w
-        CROSS JOIN LATERAL (
-          SELECT g.seq FROM gs_row g
-          WHERE g.grp = p_grp AND g.store = p_store AND g.tbl = w.tbl AND g.gid = w.gid FOR UPDATE) r;
-        IF v_moved THEN
-          RETURN QUERY SELECT 'moved'::text, 0::bigint;
-          RETURN;
-        END IF;
-      END IF;
-      UPDATE gs_clock k SET seq = k.seq + 1,
-        purged_through = CASE WHEN p_retention IS NULL THEN k.purged_through
-                              ELSE greatest(k.purged_through, k.seq + 1 - p_retention) END
-      WHERE k.grp = p_grp AND k.store = p_store RETURNING k.seq, k.purged_through INTO v_seq, v_purged;
-      IF v_seq IS NULL THEN
-        RETURN QUERY SELECT 'noclock'::text, 0::bigint;
-        RETURN;
-      END IF;
-      INSERT INTO gs_row AS r (grp, store, tbl, gid, seq, origin_host, columns, data)
-      SELECT p_grp, p_store, w.tbl, w.gid, v_seq, p_host, w.columns, w.data
-      FROM unnest(w_tbl, w_gid, w_columns, w_data) AS w(tbl, gid, columns, data)
-      ON CONFLICT (grp, store, tbl, gid) DO UPDATE SET seq = excluded.seq,
-        origin_host = excluded.origin_host, columns = excluded.columns, data = excluded.data;
-      INSERT INTO gs_change(grp, store, seq, origin_host, origin_seq, body)
-      VALUES (p_grp, p_store, v_seq, p_host, p_through, p_body);
-      INSERT INTO gs_conflict(grp, store, seq, tbl, gid, rule, winner_host, loser_host, record)
-      SELECT p_grp, p_store, v_seq, c.tbl, c.gid, c.rule, c.winner, c.loser, c.record
-      FROM unnest(c_tbl, c_gid, c_rule, c_winner, c_loser, c_record) AS c(tbl, gid, rule, winner, loser, record);
-      UPDATE gs_host h SET shipped_seq = p_through, seen_at = now()
-      WHERE h.grp = p_grp AND h.store = p_store AND h.host = p_host;
-      IF p_retention IS NOT NULL THEN
-        DELETE FROM gs_change c WHERE c.grp = p_grp AND c.store = p_store AND c.seq <= v_purged;
-      END IF;
-      v_hint := p_grp || '/' || p_store || ':' || v_seq;
-      -- Any session may LISTEN: under row-level security the payload
-      -- carries no entry, which only members of the group may read.
-      IF octet_length(v_hint) + octet_length(p_host) + octet_length(p_body) + 24 < \(Hint.payloadLimit)
-        AND NOT (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'gs_change'::regclass) THEN
-        v_hint := v_hint || E'\\n' || p_host || ' ' || p_through || E'\\n' || p_body;
-      END IF;
-      PERFORM pg_notify('\(channel)', v_hint);
-      RETURN QUERY SELECT 'shipped'::text, v_seq;
-    END
-    $fn$
-    """
 }

@@ -25,12 +25,14 @@ import Foundation
 /// - `gs_host(grp, store, host, shipped_seq, applied_seq, seen_at)`: each
 ///   host's places; `shipped_seq` commits with the shipment.
 /// - `gs_conflict`: every conflict settled, with both images.
-/// - `gs_ship(…)`: a shipment as one statement (see
+/// - `gs_ship_2(…)`: a shipment as one statement (see
 ///   ``ship(_:_:settled:)``), so that shipping costs one round trip.
-/// - `gs_member(role, grp, host)`: made only by the set-up an
+/// - `gs_member(role, grp, host)`: filled only by the set-up an
 ///   administrator runs (``AccessSetup``): which login role may act as
 ///   which host, enforced by row-level security (see
-///   ``prepareAccess(group:host:)``).
+///   ``prepareAccess(group:host:version:)``).
+/// - `gs_peer`, `gs_group`, `gs_schema`: what each member reads, the
+///   group's format, the objects' version (see ``SharedSchema``).
 ///
 /// Used on the relay's thread only, as its connection is.
 final class SharedLog {
@@ -45,6 +47,10 @@ final class SharedLog {
   static let channel = "gs_changes"
 
   let connection: PostgresConnection
+
+  /// The group's log format as this session last read it (when it
+  /// announced itself, and with every shipment's answer).
+  var groupFormat = LogFormat.v1
 
   /// Statements of this host's own bookkeeping (its applied places) that
   /// wait to ride on the next round trip, by replica, and since when the
@@ -118,14 +124,15 @@ final class SharedLog {
     try connection.execute("SELECT " + calls.joined(separator: ", "), settings.flatMap { [$0.0, $0.1] })
   }
 
-  /// Creates the tables if missing. Relays of several hosts may start at
-  /// once, and concurrent `CREATE TABLE IF NOT EXISTS` can still collide
-  /// in the catalog, so creation runs under a transaction-level advisory
-  /// lock.
+  /// Makes the server's objects, or migrates them to this build's
+  /// version (``SharedSchema``), in one transaction. Relays of several
+  /// hosts may start at once, and concurrent `CREATE TABLE IF NOT EXISTS`
+  /// can still collide in the catalog, so it runs under a
+  /// transaction-level advisory lock.
   func createTables() throws {
     try connection.transaction {
       try connection.execute("SELECT " + Self.schemaLock)
-      for statement in Self.tables { try connection.execute(statement) }
+      for statement in SharedSchema.statements { try connection.execute(statement) }
     }
   }
 
@@ -133,39 +140,6 @@ final class SharedLog {
   /// set-up an administrator runs (``AccessSetup``).
   static let schemaLock = "pg_advisory_xact_lock(hashtext('groupsync-relay-schema'))"
 
-  /// The statements that create the tables and `gs_ship`, if missing (the
-  /// function replaced): the one source of them, for relays and for the
-  /// set-up an administrator runs.
-  static let tables = [
-    """
-    CREATE TABLE IF NOT EXISTS gs_clock (
-      grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL DEFAULT 0,
-      purged_through bigint NOT NULL DEFAULT 0, PRIMARY KEY (grp, store))
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS gs_change (
-      grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL, origin_host text NOT NULL,
-      origin_seq bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-      body text NOT NULL, PRIMARY KEY (grp, store, seq), UNIQUE (grp, store, origin_host, origin_seq))
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS gs_row (
-      grp text NOT NULL, store text NOT NULL, tbl text NOT NULL, gid text NOT NULL, seq bigint NOT NULL,
-      origin_host text NOT NULL, columns text NOT NULL, data text, PRIMARY KEY (grp, store, tbl, gid))
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS gs_host (
-      grp text NOT NULL, store text NOT NULL, host text NOT NULL, shipped_seq bigint NOT NULL DEFAULT 0,
-      applied_seq bigint NOT NULL DEFAULT 0, seen_at timestamptz, PRIMARY KEY (grp, store, host))
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS gs_conflict (
-      id bigserial PRIMARY KEY, grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL,
-      tbl text NOT NULL, gid text NOT NULL, rule text NOT NULL, winner_host text NOT NULL,
-      loser_host text NOT NULL, record text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())
-    """,
-    shipFunction,
-  ]
 
   /// Takes the session-level advisory lock of `host` in `group`, which the
   /// server frees when the session ends (the relay died or disconnected).

@@ -202,16 +202,18 @@ struct Shipper {
     // settled path's two round trips.
     if !context.failpoints.stallsNextShipment(carriesRows: !plan.tables.isEmpty) {
       let entry = LogEntry(tables: plan.tables, conflicts: [], notes: plan.notes.isEmpty ? nil : plan.notes)
+      let format = context.writeFormat
       let winners = try plan.tables.flatMap { table in
         let columns = try Self.json(table.columns)
         return try table.rows.map { image in
           SharedLog.Winner(
-            table: table.name, gid: image.gid, base: image.base, columns: columns, data: try image.values.map(Self.json))
+            table: table.name, gid: image.gid, base: image.base, columns: columns,
+            data: try image.values.map { try StoredImage.encode($0, format: format) })
         }
       }
       let shipment = SharedLog.Shipment(
-        through: plan.through, body: try entry.encoded(), retention: context.retention, winners: winners,
-        conflicts: [])
+        through: plan.through, body: try entry.encoded(format: format), format: format,
+        retention: context.retention, winners: winners, conflicts: [])
       switch try log.ship(context.replica, shipment, settled: false) {
       case .shipped(let position): return .shipped(position: position, entry: entry)
       case .alreadyShipped(let through): return .alreadyShipped(shipped: through)
@@ -239,13 +241,14 @@ struct Shipper {
         let resolved = try settle(table, current: current, conflicts: &entry.conflicts, winners: &winners)
         if !resolved.rows.isEmpty { entry.tables.append(resolved) }
       }
-      let conflicts = try entry.conflicts.map { ($0, try Self.json($0)) }
+      let format = context.writeFormat
+      let conflicts = try entry.conflicts.map { ($0, format.mark(try Self.json($0))) }
       context.failpoints.stallInShipment(stop: context.stop, carriesRows: !plan.tables.isEmpty)
       let shipped = try log.ship(
         context.replica,
         SharedLog.Shipment(
-          through: plan.through, body: try entry.encoded(), retention: context.retention, winners: winners,
-          conflicts: conflicts),
+          through: plan.through, body: try entry.encoded(format: format), format: format,
+          retention: context.retention, winners: winners, conflicts: conflicts),
         settled: true)
       guard case .shipped(let position) = shipped else {
         throw RelayError.invalidEntry(store: context.storeName, sequence: 0, reason: "a settled shipment was refused")
@@ -279,10 +282,11 @@ struct Shipper {
   ) throws -> TableImage {
     let context = self.context
     let columnsJSON = try Self.json(table.columns)
+    let format = context.writeFormat
     var resolved = table
     resolved.rows = []
     for image in table.rows {
-      let data = try image.values.map(Self.json)
+      let data = try image.values.map { try StoredImage.encode($0, format: format) }
       guard let now = current[RowKey(table: table.name, gid: image.gid)], now.position > image.base else {
         resolved.rows.append(image)
         winners.append(
@@ -294,10 +298,10 @@ struct Shipper {
       // in another order (a column added later by ALTER TABLE).
       let theirs = try now.data.map {
         try Self.values(
-          try JSONDecoder().decode([RowValue].self, from: Data($0.utf8)), columns: now.columns, as: table.columns,
-          else: image.values)
+          try StoredImage.decode($0, formats: context.version.reads, store: context.storeName, position: now.position),
+          columns: now.columns, as: table.columns, else: image.values)
       }
-      if now.data == data && now.columns == columnsJSON {
+      if theirs == image.values && now.columns == columnsJSON {
         // The same values: no conflict, and nothing to change.
         continue
       }

@@ -16,7 +16,8 @@ import Glibc
 struct RelayCommand: ParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "groupsync-relay",
-    abstract: "Connect a group folder to the other hosts of its group through PostgreSQL.")
+    abstract: "Connect a group folder to the other hosts of its group through PostgreSQL.",
+    version: "groupsync-relay " + RelayVersion.current.description)
 
   @Argument(
     help: ArgumentHelp(
@@ -95,6 +96,22 @@ struct RelayCommand: ParsableCommand {
     }
   }
 
+  @Flag(
+    name: .long,
+    help: "Print where --group's fleet stands (its log format; each host's relay version, formats, last sign of life, holds) and exit.")
+  var fleet = false
+
+  @Option(
+    name: .long,
+    help: ArgumentHelp(
+      "Retire a host of --group gone for good, so that the group's log format no longer waits for it (an administrator's act), print the fleet and exit.",
+      valueName: "host"))
+  var retire: String?
+
+  /// Tests of rolling upgrades only (``RelayConfiguration/speaksTestingFormat``).
+  @Flag(name: .customLong("testing-format"), help: .hidden)
+  var testingFormat = false
+
   @Option(
     name: .customLong("reference"),
     help: ArgumentHelp(
@@ -111,6 +128,9 @@ struct RelayCommand: ParsableCommand {
       guard postgres == nil, postgresFile == nil else {
         throw ValidationError("--print-setup prints SQL for psql and connects nowhere: drop --postgres and --postgres-file")
       }
+    } else if fleet || retire != nil {
+      guard group != nil else { throw ValidationError("--fleet and --retire need --group NAME (the group's name in PostgreSQL)") }
+      guard arguments.isEmpty else { throw ValidationError("--fleet and --retire take no folder") }
     } else {
       guard arguments.count == 1 else {
         throw ValidationError(arguments.isEmpty ? "missing the group folder" : "one group folder only (roles go with --print-setup)")
@@ -128,6 +148,7 @@ struct RelayCommand: ParsableCommand {
         throw ValidationError("--print-setup: \(error)")
       }
     }
+    if fleet || retire != nil { return try showFleet() }
     guard let policy = ConflictPolicy(rawValue: policy) else {
       throw ValidationError("--policy: one of \(ConflictPolicy.allCases.map(\.rawValue).joined(separator: ", "))")
     }
@@ -135,6 +156,7 @@ struct RelayCommand: ParsableCommand {
     if !stores.isEmpty { configuration.stores = stores }
     configuration.policy = policy
     configuration.retention = retention
+    configuration.speaksTestingFormat = testingFormat
     do {
       configuration.references = try references.map(RowReference.init(parsing:))
     } catch {
@@ -176,6 +198,35 @@ struct RelayCommand: ParsableCommand {
     } catch {
       FileHandle.standardError.write(Data("groupsync-relay: \(error)\n".utf8))
       throw ExitCode.failure
+    }
+  }
+
+  /// `--fleet`, `--retire HOST`: where the group's fleet stands, after
+  /// retiring a host if asked.
+  private func showFleet() throws {
+    let group = self.group ?? ""
+    let state: GroupFleet
+    do {
+      if let retire {
+        state = try GroupFleet.retire(host: retire, group: group, conninfo: try conninfo())
+      } else {
+        state = try GroupFleet.read(group: group, conninfo: try conninfo())
+      }
+    } catch let error as RelayError {
+      FileHandle.standardError.write(Data("groupsync-relay: \(error)\n".utf8))
+      throw ExitCode.failure
+    }
+    print("group \(state.group): log format \(state.format)")
+    let header = ["HOST", "VERSION", "READS", "ANNOUNCED", "SEEN", "HOLDS", "STATE"]
+    let rows = state.members.map { member in
+      [member.host, member.version ?? "1 (announces nothing)", member.reads.map(String.init).joined(separator: ","),
+       member.announcedAt ?? "-", member.seenAt ?? "-", member.holds.isEmpty ? "-" : member.holds.joined(separator: " "),
+       member.retired ? "retired" : "member"]
+    }
+    let widths = header.indices.map { column in ([header] + rows).map { $0[column].count }.max() ?? 0 }
+    for row in [header] + rows {
+      print(row.indices.map { row[$0].padding(toLength: widths[$0], withPad: " ", startingAt: 0) }
+        .joined(separator: "  ").trimmingCharacters(in: .whitespaces))
     }
   }
 

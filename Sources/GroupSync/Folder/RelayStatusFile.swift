@@ -28,10 +28,15 @@ public struct RelayStatus: Sendable, Codable, Equatable {
     /// Row images waiting for a row a reference in them names (nil: a
     /// relay that did not count them).
     public var heldRows: Int64?
+    /// Where the store holds, and the log format it holds for: an entry
+    /// in a format this relay does not read (nil: it does not hold).
+    public var heldAt: Int64?
+    public var heldFormat: Int?
 
     public init(
       name: String, localSequence: Int64, shipped: Int64, unshipped: Int64, logHead: Int64, applied: Int64,
-      lagChangeSets: Int64, lagSeconds: Double, conflicts: Int64, heldRows: Int64? = nil
+      lagChangeSets: Int64, lagSeconds: Double, conflicts: Int64, heldRows: Int64? = nil, heldAt: Int64? = nil,
+      heldFormat: Int? = nil
     ) {
       self.name = name
       self.localSequence = localSequence
@@ -43,6 +48,8 @@ public struct RelayStatus: Sendable, Codable, Equatable {
       self.lagSeconds = lagSeconds
       self.conflicts = conflicts
       self.heldRows = heldRows
+      self.heldAt = heldAt
+      self.heldFormat = heldFormat
     }
   }
 
@@ -70,6 +77,14 @@ public struct RelayStatus: Sendable, Codable, Equatable {
   public var roundTrips: Int64?
   public var shippingRoundTrips: Int64?
   public var applyingRoundTrips: Int64?
+  /// The relay's version and the log formats it reads (nil: a relay from
+  /// before formats were versioned, which reads format 1).
+  public var relayVersion: String?
+  public var formatsRead: [Int]?
+  /// The group's log format as the relay last learned it, and the format
+  /// it writes (nil: not known yet).
+  public var groupFormat: Int?
+  public var writeFormat: Int?
 
   public init(
     host: String, group: String, processID: Int32, isConnected: Bool, isLive: Bool, lastError: String?,

@@ -83,7 +83,17 @@ struct Status: AsyncParsableCommand {
         let updated = ISO8601DateFormatter().string(
           from: Date(timeIntervalSince1970: Double(relay.updatedAtNanoseconds) / 1e9))
         printLine("relay     \(relay.host) (group \(relay.group)): \(state), as of \(updated)")
+        let reads = (relay.formatsRead ?? [1]).map(String.init).joined(separator: ", ")
+        printLine(
+          "            version \(relay.relayVersion ?? "1 (from before log formats)"), reads log formats \(reads)"
+            + (relay.groupFormat.map { "; the group writes format \($0)" } ?? "")
+            + (relay.writeFormat.map { ", this relay \($0)" } ?? ""))
         for store in relay.stores {
+          if let position = store.heldAt, let format = store.heldFormat {
+            printLine(
+              "            \(store.name): HOLDS at entry \(position), in log format \(format), which this relay does "
+                + "not read: upgrade it (nothing is skipped meanwhile)")
+          }
           printLine(
             "            \(store.name): shipped \(store.shipped) of \(store.localSequence) (\(store.unshipped) unshipped), "
               + "applied \(store.applied) of \(store.logHead) (lag \(store.lagChangeSets), "

@@ -1,0 +1,93 @@
+import Foundation
+
+/// The group's members and its format: what each relay announces it
+/// reads, the format the group writes, retiring a member, holds.
+extension SharedLog {
+  /// Announces what `version` reads as `host` of `group` (a host that
+  /// comes back is a member again), moves the group's format up if every
+  /// member now reads a newer one, and returns the group's format: one
+  /// round trip.
+  @discardableResult
+  func announce(group: String, host: String, version: RelayVersion) throws -> LogFormat {
+    let reads = PostgresArray.literal(version.reads.map { String($0.rawValue) })
+    let results = try exchange([
+      Statement(
+        """
+        INSERT INTO gs_peer AS p (grp, host, version, reads) VALUES ($1, $2, $3, $4::smallint[])
+        ON CONFLICT (grp, host) DO UPDATE SET version = excluded.version, reads = excluded.reads,
+          announced_at = now(), retired_at = NULL
+        """, [group, host, version.name, reads]),
+      Statement("SELECT gs_advance_2($1)", [group]),
+    ])
+    return try readGroupFormat(results[1])
+  }
+
+  /// Moves the group's format up if every member now reads a newer one
+  /// (a member retired, or gone past the window), and returns it.
+  @discardableResult
+  func advanceFormat(group: String) throws -> LogFormat {
+    try readGroupFormat(exchange([Statement("SELECT gs_advance_2($1)", [group])])[0])
+  }
+
+  private func readGroupFormat(_ rows: [[String?]]) throws -> LogFormat {
+    guard let number = Self.integer(rows.first?[0] ?? nil) else {
+      throw RelayError.invalidEntry(store: "", sequence: 0, reason: "gs_advance_2 returned no format")
+    }
+    groupFormat = LogFormat(rawValue: Int(number))
+    return groupFormat
+  }
+
+  /// Retires `host` from `group` for good: the group's format no longer
+  /// waits for it (it is a member again if its relay ever announces
+  /// itself). An administrator's act: under row-level security only the
+  /// tables' owner may. Returns the group's format afterwards.
+  @discardableResult
+  func retire(group: String, host: String) throws -> LogFormat {
+    let results = try exchange([
+      Statement(
+        """
+        INSERT INTO gs_peer AS p (grp, host, version, reads, retired_at) VALUES ($1, $2, '1', '{1}', now())
+        ON CONFLICT (grp, host) DO UPDATE SET retired_at = now()
+        """, [group, host]),
+      Statement("SELECT gs_advance_2($1)", [group]),
+    ])
+    return try readGroupFormat(results[1])
+  }
+
+  /// Records, with the next round trip, where `replica` holds (nil: it
+  /// does not): no purge passes that position.
+  func recordHold(_ replica: Replica, at position: Int64?) throws {
+    _ = try exchange([
+      Statement(
+        "UPDATE gs_host SET held_at = $4::bigint WHERE grp = $1 AND store = $2 AND host = $3",
+        [replica.group, replica.store, replica.host, position.map { String($0) }]),
+    ])
+  }
+
+  /// Where `group`'s fleet stands: its format, and each host's version,
+  /// formats, last sign of life and holds.
+  func fleet(group: String) throws -> GroupFleet {
+    let results = try exchange([
+      Statement("SELECT coalesce((SELECT format FROM gs_group WHERE grp = $1), 1)", [group]),
+      Statement(
+        """
+        SELECT coalesce(p.host, h.host), p.version, coalesce(array_to_string(p.reads, ','), '1'),
+          to_char(p.announced_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+          to_char(h.seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), h.holds, p.retired_at IS NOT NULL
+        FROM (SELECT * FROM gs_peer WHERE grp = $1) p
+        FULL JOIN (
+          SELECT host, max(seen_at) AS seen_at,
+            string_agg(store || ':' || held_at, ',' ORDER BY store) FILTER (WHERE held_at IS NOT NULL) AS holds
+          FROM gs_host WHERE grp = $1 GROUP BY host) h ON h.host = p.host
+        ORDER BY 1
+        """, [group]),
+    ])
+    let members = results[1].map { row in
+      GroupFleet.Member(
+        host: row[0] ?? "?", version: row[1], reads: (row[2] ?? "1").split(separator: ",").compactMap { Int($0) },
+        announcedAt: row[3], seenAt: row[4], holds: (row[5] ?? "").split(separator: ",").map(String.init),
+        retired: row[6] == "t")
+    }
+    return GroupFleet(group: group, format: Int(Self.integer(results[0].first?[0] ?? nil) ?? 1), members: members)
+  }
+}

@@ -1,0 +1,336 @@
+import Foundation
+
+/// The relay's objects in PostgreSQL, by version: each version's
+/// statements stay as they shipped, and a later version adds objects
+/// under new names (`gs_ship_2`…) and columns with defaults, so that a
+/// relay of the version before goes on using what it knows while newer
+/// relays run beside it.
+///
+/// `gs_schema` says which version the server holds and the oldest relay
+/// schema it still serves; a relay migrates the server forward, all
+/// versions' statements in one transaction (``SharedLog/createTables()``),
+/// never back, and one that meets a server newer than it and not serving
+/// it any more stops, naming the relay version it needs.
+///
+/// Version 1 (relays before versioning, which announce nothing): the five
+/// tables and `gs_ship`. Version 2: formats (`gs_change.format`,
+/// `gs_conflict.format`, `gs_row.format` computed from the image), the
+/// members' announcements (`gs_peer`), the group's format (`gs_group`),
+/// holds (`gs_host.held_at`), `gs_member` (made here too, empty unless the
+/// set-up fills it), `gs_ship_2` and `gs_advance_2`.
+enum SharedSchema {
+  /// The version this build makes and needs.
+  static let version = 2
+  /// The oldest relay schema the objects of ``version`` still serve:
+  /// version 1's relays go on with `gs_ship`, kept as it was.
+  static let servesFrom = 1
+  /// The relay version that speaks ``servesFrom`` (named to relays the
+  /// server no longer serves).
+  static let servesFromRelay = "1"
+
+  /// How long a host that announced, shipped or applied nothing counts as
+  /// a member still (where no `gs_member` rows name the group's members):
+  /// the group's format waits for it that long.
+  static let memberWindow = "7 days"
+
+  /// Every version's statements, in order: the one transaction that
+  /// makes or migrates the server's objects.
+  static var statements: [String] { version1 + version2 }
+
+  /// The relay's tables, as `to_regclass` names them.
+  static let tableNames = [
+    "gs_clock", "gs_change", "gs_row", "gs_host", "gs_conflict", "gs_member", "gs_peer", "gs_group", "gs_schema",
+  ]
+
+  /// The functions, by signature, and their bodies as the server keeps
+  /// them (`pg_proc.prosrc`): a relay that finds another body there (of
+  /// its own version) replaces it, or says it may not.
+  static var functions: [(signature: String, source: String)] {
+    [(ship1Signature, body(ship1)), (ship2Signature, body(ship2)), (advance2Signature, body(advance2))]
+  }
+
+  private static func body(_ statement: String) -> String { statement.components(separatedBy: "$fn$")[1] }
+
+  // MARK: Version 1, as relays before versioning made it (never changed)
+
+  static var version1: [String] { version1Tables + [ship1] }
+
+  static let version1Tables = [
+    """
+    CREATE TABLE IF NOT EXISTS gs_clock (
+      grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL DEFAULT 0,
+      purged_through bigint NOT NULL DEFAULT 0, PRIMARY KEY (grp, store))
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS gs_change (
+      grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL, origin_host text NOT NULL,
+      origin_seq bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+      body text NOT NULL, PRIMARY KEY (grp, store, seq), UNIQUE (grp, store, origin_host, origin_seq))
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS gs_row (
+      grp text NOT NULL, store text NOT NULL, tbl text NOT NULL, gid text NOT NULL, seq bigint NOT NULL,
+      origin_host text NOT NULL, columns text NOT NULL, data text, PRIMARY KEY (grp, store, tbl, gid))
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS gs_host (
+      grp text NOT NULL, store text NOT NULL, host text NOT NULL, shipped_seq bigint NOT NULL DEFAULT 0,
+      applied_seq bigint NOT NULL DEFAULT 0, seen_at timestamptz, PRIMARY KEY (grp, store, host))
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS gs_conflict (
+      id bigserial PRIMARY KEY, grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL,
+      tbl text NOT NULL, gid text NOT NULL, rule text NOT NULL, winner_host text NOT NULL,
+      loser_host text NOT NULL, record text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())
+    """,
+  ]
+
+  static let ship1Signature =
+    "gs_ship(text, text, text, bigint, text, bigint, text[], text[], bigint[], text[], text[], "
+    + "text[], text[], text[], text[], text[], text[], boolean)"
+
+  static let ship1 = """
+    CREATE OR REPLACE FUNCTION gs_ship(
+      p_grp text, p_store text, p_host text, p_through bigint, p_body text, p_retention bigint,
+      w_tbl text[], w_gid text[], w_base bigint[], w_columns text[], w_data text[],
+      c_tbl text[], c_gid text[], c_rule text[], c_winner text[], c_loser text[], c_record text[],
+      p_settled boolean)
+    RETURNS TABLE(outcome text, pos bigint) LANGUAGE plpgsql AS $fn$
+    DECLARE
+      v_shipped bigint;
+      v_moved boolean;
+      v_seq bigint;
+      v_purged bigint;
+      v_hint text;
+    BEGIN
+      IF NOT p_settled THEN
+        SELECT h.shipped_seq INTO v_shipped FROM gs_host h
+        WHERE h.grp = p_grp AND h.store = p_store AND h.host = p_host FOR UPDATE;
+        IF v_shipped >= p_through THEN
+          RETURN QUERY SELECT 'already'::text, v_shipped;
+          RETURN;
+        END IF;
+        -- One primary-key lookup per row, whatever the planner thinks of
+        -- the table's size, in (table, global ID) order.
+        SELECT coalesce(bool_or(r.seq > w.base), false) INTO v_moved
+        FROM (SELECT DISTINCT u.tbl, u.gid, u.base FROM unnest(w_tbl, w_gid, w_base) AS u(tbl, gid, base)
+              ORDER BY u.tbl, u.gid) w
+        CROSS JOIN LATERAL (
+          SELECT g.seq FROM gs_row g
+          WHERE g.grp = p_grp AND g.store = p_store AND g.tbl = w.tbl AND g.gid = w.gid FOR UPDATE) r;
+        IF v_moved THEN
+          RETURN QUERY SELECT 'moved'::text, 0::bigint;
+          RETURN;
+        END IF;
+      END IF;
+      UPDATE gs_clock k SET seq = k.seq + 1,
+        purged_through = CASE WHEN p_retention IS NULL THEN k.purged_through
+                              ELSE greatest(k.purged_through, k.seq + 1 - p_retention) END
+      WHERE k.grp = p_grp AND k.store = p_store RETURNING k.seq, k.purged_through INTO v_seq, v_purged;
+      IF v_seq IS NULL THEN
+        RETURN QUERY SELECT 'noclock'::text, 0::bigint;
+        RETURN;
+      END IF;
+      INSERT INTO gs_row AS r (grp, store, tbl, gid, seq, origin_host, columns, data)
+      SELECT p_grp, p_store, w.tbl, w.gid, v_seq, p_host, w.columns, w.data
+      FROM unnest(w_tbl, w_gid, w_columns, w_data) AS w(tbl, gid, columns, data)
+      ON CONFLICT (grp, store, tbl, gid) DO UPDATE SET seq = excluded.seq,
+        origin_host = excluded.origin_host, columns = excluded.columns, data = excluded.data;
+      INSERT INTO gs_change(grp, store, seq, origin_host, origin_seq, body)
+      VALUES (p_grp, p_store, v_seq, p_host, p_through, p_body);
+      INSERT INTO gs_conflict(grp, store, seq, tbl, gid, rule, winner_host, loser_host, record)
+      SELECT p_grp, p_store, v_seq, c.tbl, c.gid, c.rule, c.winner, c.loser, c.record
+      FROM unnest(c_tbl, c_gid, c_rule, c_winner, c_loser, c_record) AS c(tbl, gid, rule, winner, loser, record);
+      UPDATE gs_host h SET shipped_seq = p_through, seen_at = now()
+      WHERE h.grp = p_grp AND h.store = p_store AND h.host = p_host;
+      IF p_retention IS NOT NULL THEN
+        DELETE FROM gs_change c WHERE c.grp = p_grp AND c.store = p_store AND c.seq <= v_purged;
+      END IF;
+      v_hint := p_grp || '/' || p_store || ':' || v_seq;
+      -- Any session may LISTEN: under row-level security the payload
+      -- carries no entry, which only members of the group may read.
+      IF octet_length(v_hint) + octet_length(p_host) + octet_length(p_body) + 24 < 8000
+        AND NOT (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'gs_change'::regclass) THEN
+        v_hint := v_hint || E'\\n' || p_host || ' ' || p_through || E'\\n' || p_body;
+      END IF;
+      PERFORM pg_notify('gs_changes', v_hint);
+      RETURN QUERY SELECT 'shipped'::text, v_seq;
+    END
+    $fn$
+    """
+
+
+  // MARK: Version 2: formats, members, holds
+
+  static let version2 = [
+    """
+    CREATE TABLE IF NOT EXISTS gs_member (
+      role name NOT NULL, grp text NOT NULL, host text NOT NULL, PRIMARY KEY (grp, host))
+    """,
+    "ALTER TABLE gs_change ADD COLUMN IF NOT EXISTS format smallint NOT NULL DEFAULT 1",
+    "ALTER TABLE gs_conflict ADD COLUMN IF NOT EXISTS format smallint NOT NULL DEFAULT 1",
+    // Computed from the image itself, which names its format: a relay of
+    // version 1 rewriting a row leaves no stale number behind.
+    """
+    ALTER TABLE gs_row ADD COLUMN IF NOT EXISTS format smallint GENERATED ALWAYS AS (
+      CASE WHEN left(data, 5) = '{"f":' THEN substring(data FROM '^\\{"f":([0-9]{1,4})')::smallint ELSE 1 END) STORED
+    """,
+    // The position where the host holds an entry it cannot read: no purge passes it.
+    "ALTER TABLE gs_host ADD COLUMN IF NOT EXISTS held_at bigint",
+    """
+    CREATE TABLE IF NOT EXISTS gs_peer (
+      grp text NOT NULL, host text NOT NULL, version text NOT NULL, reads smallint[] NOT NULL,
+      announced_at timestamptz NOT NULL DEFAULT now(), retired_at timestamptz, PRIMARY KEY (grp, host))
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS gs_group (
+      grp text PRIMARY KEY, format smallint NOT NULL DEFAULT 1, moved_at timestamptz)
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS gs_schema (
+      id boolean PRIMARY KEY DEFAULT true CHECK (id), version integer NOT NULL, serves_from integer NOT NULL,
+      serves_from_relay text NOT NULL)
+    """,
+    ship2,
+    advance2,
+    // Its owner's rights, so a fixed search_path: no object a caller made
+    // in another schema stands in for the relay's.
+    """
+    DO $do$ BEGIN
+      EXECUTE format('ALTER FUNCTION gs_advance_2(text) SET search_path = %I, pg_temp', current_schema());
+    END $do$
+    """,
+    """
+    INSERT INTO gs_schema AS s (version, serves_from, serves_from_relay) VALUES (\(version), \(servesFrom), '\(servesFromRelay)')
+    ON CONFLICT (id) DO UPDATE SET version = excluded.version, serves_from = excluded.serves_from,
+      serves_from_relay = excluded.serves_from_relay WHERE s.version < excluded.version
+    """,
+  ]
+
+  static let ship2Signature =
+    "gs_ship_2(text, text, text, bigint, text, bigint, text[], text[], bigint[], text[], text[], "
+    + "text[], text[], text[], text[], text[], text[], boolean, smallint)"
+
+  /// `gs_ship`'s successor (see ``SharedLog/ship(_:_:settled:)``): the
+  /// entry and its conflicts carry their format, the purge never passes a
+  /// position where a host holds, and the group's format comes back with
+  /// the outcome. Row locks are taken in (table, global ID) order, as
+  /// ``SharedLog/beginShipment(_:targets:)`` takes them, and before the
+  /// clock row, so that shippers never deadlock.
+  static let ship2 = """
+    CREATE OR REPLACE FUNCTION gs_ship_2(
+      p_grp text, p_store text, p_host text, p_through bigint, p_body text, p_retention bigint,
+      w_tbl text[], w_gid text[], w_base bigint[], w_columns text[], w_data text[],
+      c_tbl text[], c_gid text[], c_rule text[], c_winner text[], c_loser text[], c_record text[],
+      p_settled boolean, p_format smallint)
+    RETURNS TABLE(outcome text, pos bigint, group_format smallint) LANGUAGE plpgsql AS $fn$
+    DECLARE
+      v_shipped bigint;
+      v_moved boolean;
+      v_seq bigint;
+      v_purged bigint;
+      v_hint text;
+      v_group smallint;
+    BEGIN
+      SELECT coalesce((SELECT g.format FROM gs_group g WHERE g.grp = p_grp), 1) INTO v_group;
+      IF NOT p_settled THEN
+        SELECT h.shipped_seq INTO v_shipped FROM gs_host h
+        WHERE h.grp = p_grp AND h.store = p_store AND h.host = p_host FOR UPDATE;
+        IF v_shipped >= p_through THEN
+          RETURN QUERY SELECT 'already'::text, v_shipped, v_group;
+          RETURN;
+        END IF;
+        -- One primary-key lookup per row, whatever the planner thinks of
+        -- the table's size, in (table, global ID) order.
+        SELECT coalesce(bool_or(r.seq > w.base), false) INTO v_moved
+        FROM (SELECT DISTINCT u.tbl, u.gid, u.base FROM unnest(w_tbl, w_gid, w_base) AS u(tbl, gid, base)
+              ORDER BY u.tbl, u.gid) w
+        CROSS JOIN LATERAL (
+          SELECT g.seq FROM gs_row g
+          WHERE g.grp = p_grp AND g.store = p_store AND g.tbl = w.tbl AND g.gid = w.gid FOR UPDATE) r;
+        IF v_moved THEN
+          RETURN QUERY SELECT 'moved'::text, 0::bigint, v_group;
+          RETURN;
+        END IF;
+      END IF;
+      -- Retention never purges an entry a host holds (it cannot read its
+      -- format yet, and applies it once upgraded).
+      UPDATE gs_clock k SET seq = k.seq + 1,
+        purged_through = CASE WHEN p_retention IS NULL THEN k.purged_through
+          ELSE greatest(k.purged_through, least(k.seq + 1 - p_retention,
+            coalesce((SELECT min(h.held_at) - 1 FROM gs_host h
+                      WHERE h.grp = p_grp AND h.store = p_store AND h.held_at IS NOT NULL), k.seq + 1))) END
+      WHERE k.grp = p_grp AND k.store = p_store RETURNING k.seq, k.purged_through INTO v_seq, v_purged;
+      IF v_seq IS NULL THEN
+        RETURN QUERY SELECT 'noclock'::text, 0::bigint, v_group;
+        RETURN;
+      END IF;
+      INSERT INTO gs_row AS r (grp, store, tbl, gid, seq, origin_host, columns, data)
+      SELECT p_grp, p_store, w.tbl, w.gid, v_seq, p_host, w.columns, w.data
+      FROM unnest(w_tbl, w_gid, w_columns, w_data) AS w(tbl, gid, columns, data)
+      ON CONFLICT (grp, store, tbl, gid) DO UPDATE SET seq = excluded.seq,
+        origin_host = excluded.origin_host, columns = excluded.columns, data = excluded.data;
+      INSERT INTO gs_change(grp, store, seq, origin_host, origin_seq, body, format)
+      VALUES (p_grp, p_store, v_seq, p_host, p_through, p_body, p_format);
+      INSERT INTO gs_conflict(grp, store, seq, tbl, gid, rule, winner_host, loser_host, record, format)
+      SELECT p_grp, p_store, v_seq, c.tbl, c.gid, c.rule, c.winner, c.loser, c.record, p_format
+      FROM unnest(c_tbl, c_gid, c_rule, c_winner, c_loser, c_record) AS c(tbl, gid, rule, winner, loser, record);
+      UPDATE gs_host h SET shipped_seq = p_through, seen_at = now()
+      WHERE h.grp = p_grp AND h.store = p_store AND h.host = p_host;
+      IF p_retention IS NOT NULL THEN
+        DELETE FROM gs_change c WHERE c.grp = p_grp AND c.store = p_store AND c.seq <= v_purged;
+      END IF;
+      v_hint := p_grp || '/' || p_store || ':' || v_seq;
+      -- Any session may LISTEN: under row-level security the payload
+      -- carries no entry, which only members of the group may read.
+      IF octet_length(v_hint) + octet_length(p_host) + octet_length(p_body) + 24 < \(SharedLog.Hint.payloadLimit)
+        AND NOT (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'gs_change'::regclass) THEN
+        v_hint := v_hint || E'\\n' || p_host || ' ' || p_through || E'\\n' || p_body;
+      END IF;
+      PERFORM pg_notify('\(SharedLog.channel)', v_hint);
+      RETURN QUERY SELECT 'shipped'::text, v_seq, v_group;
+    END
+    $fn$
+    """
+
+  static let advance2Signature = "gs_advance_2(text)"
+
+  /// Moves `p_grp`'s format up to the newest every member reads, never
+  /// down, and returns it. Members: the hosts `gs_member` names for the
+  /// group where the set-up is used, else those that announced, shipped or
+  /// applied within ``memberWindow``; less those an administrator retired.
+  /// A member that announced nothing (a relay of version 1) reads format 1.
+  /// Runs with its owner's rights: under row-level security a host's
+  /// role reads only its own rows of `gs_member`.
+  static let advance2 = """
+    CREATE OR REPLACE FUNCTION gs_advance_2(p_grp text)
+    RETURNS smallint LANGUAGE plpgsql SECURITY DEFINER AS $fn$
+    DECLARE
+      v_listed boolean;
+      v_next smallint;
+      v_format smallint;
+    BEGIN
+      INSERT INTO gs_group AS g (grp) VALUES (p_grp) ON CONFLICT (grp) DO NOTHING;
+      SELECT EXISTS (SELECT 1 FROM gs_member m WHERE m.grp = p_grp) INTO v_listed;
+      WITH member AS (
+        SELECT m.host FROM gs_member m WHERE v_listed AND m.grp = p_grp
+        UNION
+        SELECT h.host FROM gs_host h
+        WHERE NOT v_listed AND h.grp = p_grp AND h.seen_at > now() - interval '\(memberWindow)'
+        UNION
+        SELECT p.host FROM gs_peer p
+        WHERE NOT v_listed AND p.grp = p_grp AND p.announced_at > now() - interval '\(memberWindow)'
+      ), reader AS (
+        SELECT coalesce(p.reads, '{1}'::smallint[]) AS reads FROM member m
+        LEFT JOIN gs_peer p ON p.grp = p_grp AND p.host = m.host
+        WHERE p.retired_at IS NULL
+      )
+      SELECT max(f.format) INTO v_next FROM (SELECT DISTINCT unnest(r.reads) AS format FROM reader r) f
+      WHERE NOT EXISTS (SELECT 1 FROM reader r WHERE NOT f.format = ANY (r.reads));
+      UPDATE gs_group g SET format = v_next, moved_at = now() WHERE g.grp = p_grp AND g.format < v_next;
+      SELECT g.format INTO v_format FROM gs_group g WHERE g.grp = p_grp;
+      RETURN v_format;
+    END
+    $fn$
+    """
+}
