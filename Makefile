@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CONFIG ?= debug
 BIN = .build/$(CONFIG)/groupsync
 
-.PHONY: help deps deps-libpq deps-postgres deps-test demo-hosts build docs test check test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick bench-peers bench-tools pg-start clean
+.PHONY: help deps deps-libpq deps-postgres deps-test demo-hosts build legacy-relay docs test check test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick bench-peers bench-tools pg-start clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -44,6 +44,29 @@ deps-test: deps-postgres ## Install tmux, iproute2 and openssl (and PostgreSQL) 
 build: deps deps-libpq ## Build the library, the groupsync tool and the relay
 	$(SWIFT) build -c $(CONFIG)
 
+# The relay of the commit before log formats were versioned: the
+# rolling-upgrade tests run it beside the new one (GROUPSYNC_LEGACY_RELAY).
+# Built (debug) from that commit's tree in .build-legacy, once: the stamp
+# names the commit it was built from. A shallow clone fetches the commit.
+LEGACY_RELAY_COMMIT = 7c456f44c9bd93105a6b3a859475504031791c88
+LEGACY = .build-legacy
+LEGACY_RELAY = $(CURDIR)/$(LEGACY)/bin/groupsync-relay
+legacy-relay: deps deps-libpq ## Build the relay of LEGACY_RELAY_COMMIT from git history into .build-legacy/bin
+	@if [ -x $(LEGACY_RELAY) ] && [ "$$(cat $(LEGACY)/commit 2>/dev/null)" = $(LEGACY_RELAY_COMMIT) ]; then \
+	  echo "legacy-relay: up to date ($(LEGACY)/bin/groupsync-relay of $(LEGACY_RELAY_COMMIT))"; exit 0; \
+	fi; \
+	if ! git cat-file -e '$(LEGACY_RELAY_COMMIT)^{commit}' 2>/dev/null && \
+	  ! git fetch --depth=1 origin $(LEGACY_RELAY_COMMIT); then \
+	  echo "legacy-relay: the legacy relay's commit $(LEGACY_RELAY_COMMIT) is missing from this clone" \
+	    "(a shallow clone?) and could not be fetched: run 'git fetch --unshallow' and make again" >&2; \
+	  exit 1; \
+	fi; \
+	set -ex; rm -rf $(LEGACY)/src $(LEGACY)/commit; mkdir -p $(LEGACY)/src $(LEGACY)/bin; \
+	git archive $(LEGACY_RELAY_COMMIT) | tar -x -C $(LEGACY)/src; \
+	$(SWIFT) build -c debug --product groupsync-relay --package-path $(LEGACY)/src --scratch-path $(LEGACY)/build; \
+	cp $(LEGACY)/build/debug/groupsync-relay $(LEGACY_RELAY); \
+	echo $(LEGACY_RELAY_COMMIT) >$(LEGACY)/commit
+
 
 # The DocC catalogs of every library product (GroupSync, GroupSyncServices,
 # GroupSyncRelay; Sources/TARGET/TARGET.docc) and every symbol's
@@ -73,8 +96,8 @@ docs: deps deps-libpq ## Build the DocC documentation of every product into .bui
 RELAY_TESTS = GroupSyncRelayTests
 BUILD_TESTS = $(SWIFT) build --build-tests
 TEST_BUNDLE = debug/GroupSyncPackageTests.xctest --testing-library swift-testing
-RUN_TESTS = env NO_COLOR=1 .build/$(TEST_BUNDLE)
-check: deps deps-test ## The edit-test loop: the Swift tests, plain (no sanitizer, no docs, no install; ~3 min warm)
+RUN_TESTS = env NO_COLOR=1 GROUPSYNC_LEGACY_RELAY=$(LEGACY_RELAY) .build/$(TEST_BUNDLE)
+check: deps deps-test legacy-relay ## The edit-test loop: the Swift tests, plain (no sanitizer, no docs, no install; ~3 min warm)
 	$(BUILD_TESTS)
 	$(RUN_TESTS) --skip $(RELAY_TESTS)
 	$(RUN_TESTS) --filter $(RELAY_TESTS)
@@ -85,9 +108,9 @@ test-swift: check
 # Swift reports the weak-reference side tables of process-wide singletons
 # still alive at exit, which are not leaks.
 ASAN_BUILD = $(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan
-ASAN_TESTS = env NO_COLOR=1 GROUPSYNC_BIN=$(CURDIR)/.build-asan/debug/groupsync GROUPSYNC_SANITIZER=address \
+ASAN_TESTS = env NO_COLOR=1 GROUPSYNC_LEGACY_RELAY=$(LEGACY_RELAY) GROUPSYNC_BIN=$(CURDIR)/.build-asan/debug/groupsync GROUPSYNC_SANITIZER=address \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 .build-asan/$(TEST_BUNDLE)
-test-asan: deps deps-test ## Run the Swift tests under AddressSanitizer (.build-asan)
+test-asan: deps deps-test legacy-relay ## Run the Swift tests under AddressSanitizer (.build-asan)
 	$(ASAN_BUILD)
 	$(ASAN_TESTS) --skip $(RELAY_TESTS)
 	$(ASAN_TESTS) --filter $(RELAY_TESTS)
@@ -98,9 +121,9 @@ test-asan: deps deps-test ## Run the Swift tests under AddressSanitizer (.build-
 # threads still running to report: the tests start hundreds of processes,
 # whose races are reported when they happen, not at exit.
 TSAN_BUILD = $(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
-TSAN_TESTS = env NO_COLOR=1 GROUPSYNC_BIN=$(CURDIR)/.build-tsan/debug/groupsync GROUPSYNC_SANITIZER=thread \
+TSAN_TESTS = env NO_COLOR=1 GROUPSYNC_LEGACY_RELAY=$(LEGACY_RELAY) GROUPSYNC_BIN=$(CURDIR)/.build-tsan/debug/groupsync GROUPSYNC_SANITIZER=thread \
 	TSAN_OPTIONS=atexit_sleep_ms=0 .build-tsan/$(TEST_BUNDLE)
-test-tsan: deps deps-test ## Run the Swift tests under ThreadSanitizer (.build-tsan)
+test-tsan: deps deps-test legacy-relay ## Run the Swift tests under ThreadSanitizer (.build-tsan)
 	$(TSAN_BUILD)
 	$(TSAN_TESTS) --skip $(RELAY_TESTS)
 	$(TSAN_TESTS) --filter $(RELAY_TESTS)
@@ -122,14 +145,14 @@ test: deps deps-test ## Run every test: the docs (warnings are errors), C under 
 	@status=0; $(MAKE) --no-print-directory -j$(TEST_JOBS) -k --output-sync=target test-phases || status=$$?; \
 	  Scripts/test-summary.sh $(TEST_REPORT); exit $$status
 
-PHASES = build plain-core plain-relay docs c install asan-build asan-core asan-relay tsan-build tsan-core tsan-relay
+PHASES = build legacy plain-core plain-relay docs c install asan-build asan-core asan-relay tsan-build tsan-core tsan-relay
 .PHONY: test-phases $(addprefix phase-,$(PHASES))
 test-phases: phase-tsan-core phase-tsan-relay phase-asan-core phase-asan-relay phase-install phase-c
 phase-build:
 	@$(TIMED) build $(BUILD_TESTS)
 phase-plain-core: phase-build
 	@$(TIMED) plain-core $(RUN_TESTS) --skip $(RELAY_TESTS)
-phase-plain-relay: phase-build
+phase-plain-relay: phase-build phase-legacy
 	@$(TIMED) plain-relay $(RUN_TESTS) --filter $(RELAY_TESTS)
 phase-docs: phase-plain-core phase-plain-relay
 	@$(TIMED) docs $(MAKE) --no-print-directory docs
@@ -137,17 +160,20 @@ phase-install: phase-docs
 	@$(TIMED) install $(MAKE) --no-print-directory install-check INSTALL_CONFIG=debug
 phase-c:
 	@$(TIMED) c $(MAKE) --no-print-directory test-c
+# The legacy relay for the relay passes: PLACEHOLDER
+phase-legacy:
+	@$(TIMED) legacy $(MAKE) --no-print-directory legacy-relay
 phase-asan-build:
 	@$(TIMED) asan-build $(ASAN_BUILD)
 phase-asan-core: phase-asan-build
 	@$(TIMED) asan-core $(ASAN_TESTS) --skip $(RELAY_TESTS)
-phase-asan-relay: phase-asan-build
+phase-asan-relay: phase-asan-build phase-legacy
 	@$(TIMED) asan-relay $(ASAN_TESTS) --filter $(RELAY_TESTS)
 phase-tsan-build:
 	@$(TIMED) tsan-build $(TSAN_BUILD)
 phase-tsan-core: phase-tsan-build
 	@$(TIMED) tsan-core $(TSAN_TESTS) --skip $(RELAY_TESTS)
-phase-tsan-relay: phase-tsan-build
+phase-tsan-relay: phase-tsan-build phase-legacy
 	@$(TIMED) tsan-relay $(TSAN_TESTS) --filter $(RELAY_TESTS)
 
 test-c: deps ## Run the C capture's test and the watcher's stress test under AddressSanitizer
@@ -221,8 +247,8 @@ install-check: deps ## Install into .build/install-check, then build and run a p
 	$(CHECK)/client $(CHECK)/group
 	$(CHECK)/prefix/bin/groupsync relay --help | grep -q 'USAGE: groupsync-relay'
 
-clean: ## Remove build products (also the sanitizer and bench build folders)
-	rm -rf .build .build-asan .build-tsan .build-fuzz .build-bench
+clean: ## Remove build products (also the sanitizer, bench and legacy relay build folders)
+	rm -rf .build .build-asan .build-tsan .build-fuzz .build-bench $(LEGACY)
 
 # The benchmarks: groupsync-bench, an executable of the package in no
 # product (so `make install` ships none of it), built in BENCH_BUILD

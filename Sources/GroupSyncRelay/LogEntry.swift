@@ -32,7 +32,7 @@ struct LogEntry: Codable, Sendable, Equatable {
   func encoded(format: LogFormat = .v1) throws -> String {
     var stored = self
     if format.reversesValues { stored.reverseValues() }
-    return format.mark(String(decoding: try JSONEncoder().encode(stored), as: UTF8.self))
+    return format.wrap(String(decoding: try JSONEncoder().encode(stored), as: UTF8.self), as: "e")
   }
 
   /// Decodes an entry's body, in whichever of `formats` it names.
@@ -48,13 +48,21 @@ struct LogEntry: Codable, Sendable, Equatable {
       throw RelayError.unreadableFormat(store: store, position: sequence, format: format)
     }
     do {
-      var entry = try JSONDecoder().decode(LogEntry.self, from: Data(text.utf8))
+      let data = Data(text.utf8)
+      var entry = format == .v1
+        ? try JSONDecoder().decode(LogEntry.self, from: data) : try JSONDecoder().decode(Wrapped.self, from: data).entry
       if format.reversesValues { entry.reverseValues() }
       for index in entry.conflicts.indices { entry.conflicts[index].sequence = sequence }
       return entry
     } catch {
       throw RelayError.invalidEntry(store: store, sequence: sequence, reason: "\(error)")
     }
+  }
+
+  /// An entry of a format after 1.
+  private struct Wrapped: Decodable {
+    var entry: LogEntry
+    enum CodingKeys: String, CodingKey { case entry = "e" }
   }
 
   /// Lists every row's values the other way round (``LogFormat/testing``).
@@ -72,7 +80,7 @@ enum StoredImage {
   static func encode(_ values: [RowValue], format: LogFormat) throws -> String {
     let json = { (value: [RowValue]) in String(decoding: try JSONEncoder().encode(value), as: UTF8.self) }
     guard format != .v1 else { return try json(values) }
-    return format.mark("{\"v\":" + (try json(format.reversesValues ? values.reversed() : values)) + "}")
+    return format.wrap(try json(format.reversesValues ? values.reversed() : values), as: "v")
   }
 
   /// The values `data` holds, in whichever of `formats` it names.
@@ -90,7 +98,7 @@ enum StoredImage {
     }
     do {
       guard format != .v1 else { return try JSONDecoder().decode([RowValue].self, from: Data(data.utf8)) }
-      let values = try JSONDecoder().decode(Marked.self, from: Data(data.utf8)).values
+      let values = try JSONDecoder().decode(Wrapped.self, from: Data(data.utf8)).values
       return format.reversesValues ? values.reversed() : values
     } catch {
       throw RelayError.invalidEntry(store: store, sequence: position, reason: "a row image: \(error)")
@@ -98,7 +106,7 @@ enum StoredImage {
   }
 
   /// An image of a format after 1.
-  private struct Marked: Decodable {
+  private struct Wrapped: Decodable {
     var values: [RowValue]
     enum CodingKeys: String, CodingKey { case values = "v" }
   }

@@ -6,9 +6,10 @@ import Foundation
 ///
 /// Every stored text names its format: format 1, what relays have always
 /// written, is the text as it was (`{"t":…}` for an entry, a JSON array
-/// for an image); every later format starts with `{"f":N,`. A relay that
-/// predates formats fails to decode such a text (it lacks the keys format
-/// 1 requires), so it stops there instead of misapplying it.
+/// for an image); every later format wraps it, `{"f":N,"e":…}` (an entry),
+/// `{"f":N,"v":…}` (an image), `{"f":N,"r":…}` (a conflict record). A
+/// relay from before formats fails to decode such a text (it lacks the
+/// keys format 1 requires), so it stops there instead of misapplying it.
 ///
 /// A relay applies only the formats it reads (``RelayVersion/reads``): an
 /// entry of any other it holds, and says which relay version reads it.
@@ -75,11 +76,10 @@ public struct LogFormat: RawRepresentable, Hashable, Comparable, Sendable, Codab
     return digits == 0 ? nil : LogFormat(rawValue: number)
   }
 
-  /// `json`, an object, marked as this format (unchanged for format 1).
-  func mark(_ json: String) -> String {
+  /// `json` as this format stores it under `key` (unchanged in format 1).
+  func wrap(_ json: String, as key: String) -> String {
     guard self != .v1 else { return json }
-    precondition(json.hasPrefix("{") && json != "{}", "only a non-empty JSON object is marked")
-    return "{\"f\":\(rawValue)," + json.dropFirst()
+    return "{\"f\":\(rawValue),\"\(key)\":" + json + "}"
   }
 
   /// Whether rows' values are stored last column first (``testing``).

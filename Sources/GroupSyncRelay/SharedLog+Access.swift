@@ -69,8 +69,13 @@ extension SharedLog {
       case .table(let name) where columns.isEmpty:
         expression = "has_table_privilege(to_regclass('\(name)'), '\(privilege)')"
       case .table(let name):
-        expression = columns.map { "has_column_privilege(to_regclass('\(name)'), '\($0)', '\(privilege)')" }
-          .joined(separator: " AND ")
+        // has_column_privilege fails on a column that does not exist (a
+        // server of an older version): NULL, not granted, instead.
+        expression = columns.map { column in
+          "CASE WHEN EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('\(name)') "
+            + "AND attname = '\(column)' AND NOT attisdropped) "
+            + "THEN has_column_privilege(to_regclass('\(name)'), '\(column)', '\(privilege)') END"
+        }.joined(separator: " AND ")
       case .sequence(let name):
         expression = "has_sequence_privilege(to_regclass('\(name)'), '\(privilege)')"
       case .function(let signature):

@@ -242,7 +242,7 @@ struct Shipper {
         if !resolved.rows.isEmpty { entry.tables.append(resolved) }
       }
       let format = context.writeFormat
-      let conflicts = try entry.conflicts.map { ($0, format.mark(try Self.json($0))) }
+      let conflicts = try entry.conflicts.map { ($0, format.wrap(try Self.json($0), as: "r")) }
       context.failpoints.stallInShipment(stop: context.stop, carriesRows: !plan.tables.isEmpty)
       let shipped = try log.ship(
         context.replica,

@@ -43,6 +43,28 @@ enum Executables {
   }
 }
 
+/// A relay build a host runs: this one, this one speaking the testing
+/// log format too (as the next version would), or the relay of the commit
+/// before log formats were versioned (`GROUPSYNC_LEGACY_RELAY`, else
+/// `.build-legacy/bin/groupsync-relay`, which `make legacy-relay` builds).
+enum RelayBuild: Sendable, Equatable {
+  case current
+  case testingFormat
+  case legacy
+
+  /// The executable to start (nil: `groupsync relay`).
+  var executable: String? {
+    guard self == .legacy else { return nil }
+    if let path = ProcessInfo.processInfo.environment["GROUPSYNC_LEGACY_RELAY"], !path.isEmpty { return path }
+    // The package's root, from this file's path (Tests/GroupSyncRelayTests/Support/).
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+      .deletingLastPathComponent().deletingLastPathComponent()
+    return root.appendingPathComponent(".build-legacy/bin/groupsync-relay").path
+  }
+
+  var arguments: [String] { self == .testingFormat ? ["--testing-format"] : [] }
+}
+
 /// One simulated host: its own group folder (`ROOT/NAME/app`, so every
 /// host's group is named `app`) and its own relay process.
 final class GroupHost: @unchecked Sendable {
@@ -65,6 +87,8 @@ final class GroupHost: @unchecked Sendable {
   /// Wraps the relay's command line (executable, arguments), e.g. to run
   /// it in the host's network namespace (``NetworkLab/command(in:_:_:)``).
   var launch: (@Sendable (String, [String]) -> (String, [String]))?
+  /// Which relay build runs (see ``RelayBuild``).
+  var build = RelayBuild.current
   private(set) var relay: ChildProcess?
   /// Everything every relay process of this host printed, by run.
   private(set) var finishedOutputs: [String] = []
@@ -100,15 +124,21 @@ final class GroupHost: @unchecked Sendable {
   /// Starts this host's relay (`groupsync relay`, which runs
   /// `groupsync-relay`) and waits until it says it started.
   func startRelay(environment extra: [String: String] = [:], waitConnected: Bool = true) async throws {
-    var arguments = ["relay", folder] + (postgresArguments ?? ["--postgres", conninfo])
-    arguments += ["--host", name, "--policy", policy, "--poll-interval", "0.2"]
+    var arguments = [folder] + (postgresArguments ?? ["--postgres", conninfo])
+    arguments += ["--host", name, "--policy", policy, "--poll-interval", "0.2"] + build.arguments
     if let retention { arguments += ["--retention", String(retention)] }
     if let deadLinkTimeout { arguments += ["--dead-link-timeout", String(deadLinkTimeout.inSeconds)] }
     for reference in references { arguments += ["--reference", reference] }
     if let metricsFile { arguments += ["--metrics-file", metricsFile, "--metrics-interval", String(metricsInterval)] }
     var environment = ProcessInfo.processInfo.environment
     for (key, value) in extra { environment[key] = value }
-    let (program, programArguments) = launch?(Executables.groupsync, arguments) ?? (Executables.groupsync, arguments)
+    // The current build through `groupsync relay`, as users start it;
+    // another build's relay executable directly.
+    let (executable, command) = try build.executable.map { ($0, arguments) } ?? (Executables.groupsync, ["relay"] + arguments)
+    guard FileManager.default.isExecutableFile(atPath: executable) else {
+      throw RelayTestFailure("no relay executable at \(executable) (make legacy-relay builds the legacy one)")
+    }
+    let (program, programArguments) = launch?(executable, command) ?? (executable, command)
     let child = try ChildProcess(
       executable: program, arguments: programArguments, environment: environment, name: "relay \(name)")
     relay = child
