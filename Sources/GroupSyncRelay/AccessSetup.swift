@@ -14,7 +14,7 @@ import GroupSync
 /// The script, one transaction, safe to run again (to add hosts, or other
 /// groups), makes:
 /// - the relay's tables and functions at this build's version
-///   (``SharedSchema``), with the statements relays use; the objects of
+///   (`gs_schema` names it), with the statements relays use; the objects of
 ///   the version before stay, so that its relays run beside this one;
 /// - `gs_member(role, grp, host)`: which login role may act as which
 ///   host in which group;

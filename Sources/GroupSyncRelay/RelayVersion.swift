@@ -1,0 +1,43 @@
+import Foundation
+
+/// This relay's version, and the log formats and server schema it speaks.
+///
+/// Two adjacent versions run side by side: each announces the formats it
+/// reads when it connects, and the group writes the newest format every
+/// member reads (see ``LogFormat``).
+public struct RelayVersion: Sendable, Equatable, Codable {
+  /// The version's name, as `groupsync-relay --version` prints it.
+  public var name: String
+  /// The formats it applies; an entry of any other it holds.
+  public var reads: [LogFormat]
+  /// The newest format it writes (when the group has moved up to it).
+  public var newestWritten: LogFormat
+  /// The version of the server's objects it makes and needs (the
+  /// server's `gs_schema`).
+  public var serverSchema: Int
+
+  /// This build: relay 2 reads and writes format 1 and announces it;
+  /// relay 1 (every relay from before formats were versioned) announced
+  /// nothing, and reads format 1 only.
+  public static let current = RelayVersion(
+    name: "2", reads: [.v1], newestWritten: .newest, serverSchema: SharedSchema.version)
+
+  /// This build speaking the testing format too (see ``LogFormat/testing``).
+  public static let testing = RelayVersion(
+    name: current.name + "+testing", reads: current.reads + [.testing], newestWritten: .testing,
+    serverSchema: SharedSchema.version)
+
+  /// The format this relay writes while the group's format is `group`:
+  /// the newest it both reads and writes that the group has reached (a
+  /// relay rolled back below the group's format writes its own newest,
+  /// which the adjacent version still reads).
+  func writes(groupFormat group: LogFormat) -> LogFormat {
+    reads.filter { $0 <= min(group, newestWritten) }.max() ?? reads.min() ?? .v1
+  }
+
+  /// `"2 (log formats: reads 1, writes up to 1; server schema 2)"`.
+  public var description: String {
+    let read = reads.map { String($0.rawValue) }.joined(separator: ", ")
+    return "\(name) (log formats: reads \(read), writes up to \(newestWritten.rawValue); server schema \(serverSchema))"
+  }
+}
