@@ -160,7 +160,10 @@ phase-install: phase-docs
 	@$(TIMED) install $(MAKE) --no-print-directory install-check INSTALL_CONFIG=debug
 phase-c:
 	@$(TIMED) c $(MAKE) --no-print-directory test-c
-# The legacy relay for the relay passes: PLACEHOLDER
+# The legacy relay, for the three relay passes, starts beside the builds:
+# ~100 CPU-s, a third of one, it is done long before the first of them.
+# Started after phase-build it would take the same CPU from the sanitizer
+# builds and hold plain-relay up.
 phase-legacy:
 	@$(TIMED) legacy $(MAKE) --no-print-directory legacy-relay
 phase-asan-build:
