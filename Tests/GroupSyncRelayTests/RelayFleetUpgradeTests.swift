@@ -168,6 +168,17 @@ import Glibc
       }
       #expect(foreign.isEmpty, "\(foreign.prefix(5))")
       #expect(content.count > 2 + 3 * 10, "the writers wrote throughout: \(content.count) rows")
+
+      // c rolled back two versions, to the relay from before formats,
+      // after the group moved up: it cannot decode the new format and
+      // stops there, misapplying nothing (it is not a version the fleet
+      // supports beside this one; this shows it fails safe).
+      try await run(c, .legacy)
+      try await a.exec(["INSERT INTO note(title, body) VALUES ('a-after-the-move', 'new')"])
+      try await waitUntil("c refuses the new format") {
+        c.eventLines.contains { $0.contains("invalid entry") && $0.contains("\"error\"") }
+      }
+      #expect(try c.rows(Self.notes) == content, "c changed its rows after the group moved up")
       for host in hosts { try await host.stopRelay() }
     }
   }

@@ -247,6 +247,18 @@ import Glibc
     }
   }
 
+  @Test(arguments: [
+    (["--fleet"], "--fleet and --retire need --group NAME"),
+    (["--retire", "b"], "--fleet and --retire need --group NAME"),
+    (["--fleet", "--group", "app", "/tmp/folder"], "--fleet and --retire take no folder"),
+  ])
+  func theFleetCommandsRefuseBadArguments(arguments: [String], message: String) async throws {
+    let result = try await Executables.onThread {
+      try ChildProcess(executable: Executables.groupsync, arguments: ["relay"] + arguments).finish(timeout: 60)
+    }
+    #expect(result.status == 64 && result.stderr.contains(message), "\(result.status): \(result.stderr)")
+  }
+
   @Test func theRelayTellsItsVersionAndFormats() async throws {
     let printed = try await Executables.groupsync(["relay", "--version"])
     #expect(printed == "groupsync-relay \(RelayVersion.current.description)\n", "\(printed)")

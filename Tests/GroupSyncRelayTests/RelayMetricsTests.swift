@@ -256,6 +256,7 @@ extension RelayMetricsTests {
         (RelayMetrics.lagEntries, "gauge"), (RelayMetrics.lagSeconds, "gauge"), (RelayMetrics.conflicts, "counter"),
         (RelayMetrics.heldRows, "gauge"), (RelayMetrics.reconnects, "counter"), (RelayMetrics.connected, "gauge"),
         (RelayMetrics.shipDuration, "histogram"), (RelayMetrics.applyDuration, "histogram"),
+        (RelayMetrics.formatHeld, "gauge"),
       ] {
         #expect(text.contains("# TYPE \(name) \(type)\n"), "\(name) in \(text)")
       }

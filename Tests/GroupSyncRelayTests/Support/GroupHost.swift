@@ -142,7 +142,8 @@ final class GroupHost: @unchecked Sendable {
     let child = try ChildProcess(
       executable: program, arguments: programArguments, environment: environment, name: "relay \(name)")
     relay = child
-    try await Executables.onThread { try child.waitForStderr(containing: "groupsync-relay: host", timeout: 30) }
+    // A deadline for a hang, not a bound on the machine's speed.
+    try await Executables.onThread { try child.waitForStderr(containing: "groupsync-relay: host", timeout: 300) }
     if waitConnected {
       try await waitUntil("relay \(name) connected") { child.stdout.contains("\"connected\"") || !child.isRunning }
       guard child.isRunning else { throw RelayTestFailure("relay \(name) exited: \(child.stderr)") }
@@ -153,7 +154,7 @@ final class GroupHost: @unchecked Sendable {
   func killRelay() async throws {
     guard let relay else { return }
     relay.signal(SIGKILL)
-    let result = try await Executables.onThread { relay.finish(timeout: 30) }
+    let result = try await Executables.onThread { relay.finish(timeout: 120) }
     finishedOutputs.append(result.stdout)
     finishedErrors.append(result.stderr)
     self.relay = nil
@@ -163,7 +164,7 @@ final class GroupHost: @unchecked Sendable {
   func stopRelay() async throws {
     guard let relay else { return }
     relay.signal(SIGTERM)
-    let result = try await Executables.onThread { relay.finish(timeout: 30) }
+    let result = try await Executables.onThread { relay.finish(timeout: 120) }
     finishedOutputs.append(result.stdout)
     finishedErrors.append(result.stderr)
     self.relay = nil
@@ -181,7 +182,7 @@ final class GroupHost: @unchecked Sendable {
     let exited = try await Executables.onThread { relay.waitForExit(timeout: timeout) }
     let elapsed = ContinuousClock.now - start
     if !exited { relay.signal(SIGKILL) }
-    let result = try await Executables.onThread { relay.finish(timeout: 30) }
+    let result = try await Executables.onThread { relay.finish(timeout: 120) }
     finishedOutputs.append(result.stdout)
     finishedErrors.append(result.stderr)
     self.relay = nil
