@@ -40,6 +40,13 @@ deps-test: deps-postgres ## Install tmux, iproute2 and openssl (and PostgreSQL) 
 	  echo "installing tmux iproute2 openssl"; \
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y tmux iproute2 openssl; \
 	fi
+	@# Every listener and relay process holds an inotify instance (libuv's
+	@# fs-events); the tests run hundreds side by side, and two runs at once
+	@# pass the kernel's default of 128 per user ("Too many open files").
+	@if [ "$$(cat /proc/sys/fs/inotify/max_user_instances 2>/dev/null || echo 1024)" -lt 1024 ]; then \
+	  echo "raising fs.inotify.max_user_instances to 1024 for the tests"; \
+	  sysctl -q -w fs.inotify.max_user_instances=1024 || echo "could not (not root?): tests may run out of inotify instances"; \
+	fi
 
 build: deps deps-libpq ## Build the library, the groupsync tool and the relay
 	$(SWIFT) build -c $(CONFIG)
