@@ -369,6 +369,11 @@ public final class Relay: @unchecked Sendable {
     try log.listen()
     try log.announce(group: configuration.group, host: configuration.host, version: configuration.version)
     lastFormatCheck = .now
+    // A store that holds keeps its position from being purged, also if the
+    // session that recorded it failed right after.
+    for context in contexts {
+      if let hold = context.formatHold { try log.recordHold(context.replica, at: hold.position) }
+    }
     self.log = log
     takeGroupFormat(log)
     for context in contexts {
