@@ -145,7 +145,7 @@ test-tsan: deps deps-test legacy-relay ## Run the Swift tests under ThreadSaniti
 # $(TEST_REPORT)/PHASE.log; at the end Scripts/test-summary.sh prints each
 # phase's time, the tests each pass ran and the ten slowest tests.
 TEST_REPORT = .build/test-report
-TIMED = TEST_REPORT=$(TEST_REPORT) Scripts/timed.sh
+TIMED = TEST_REPORT=$(TEST_REPORT) TEST_SLOTS=$(TEST_JOBS) Scripts/timed.sh
 TEST_JOBS ?= 6
 test: deps deps-test ## Run every test: the docs (warnings are errors), C under ASan, Swift (plain, ASan, TSan), install
 	@rm -rf $(TEST_REPORT) && mkdir -p $(TEST_REPORT)

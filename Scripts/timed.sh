@@ -4,13 +4,35 @@
 # (s since the epoch), its exit status and the CPU time it used (s, its
 # processes' user and system time) to $TEST_REPORT/phases.tsv for
 # Scripts/test-summary.sh. Exits as COMMAND did.
+#
+# Runs of `make test` on one machine share its cores: each phase runs in
+# one of $TEST_SLOTS machine-wide slots (lock files in /tmp), so that the
+# phases of a second run started meanwhile wait for a slot instead of
+# oversubscribing the machine (two runs at once on two cores put hundreds
+# of processes on each core, and a PostgreSQL server could not answer a
+# connect in half a minute). A run alone never waits: make runs at most
+# TEST_JOBS phases at once, and there are as many slots. The slot's lock
+# stays with this script: COMMAND's processes do not inherit it.
 set -uo pipefail
 report=${TEST_REPORT:-.build/test-report}
 phase=$1
 shift
 mkdir -p "$report"
+slots=${TEST_SLOTS:-6}
+slot_dir=${TMPDIR:-/tmp}/groupsync-test-slots
+mkdir -p "$slot_dir"
+told=0
+while :; do
+  for slot in $(seq 1 "$slots"); do
+    exec 9>"$slot_dir/$slot"
+    flock -n 9 && break 2
+  done
+  exec 9>&-
+  if [ "$told" = 0 ]; then echo "$phase: waiting for a test slot (another run of make test on this machine)"; told=1; fi
+  sleep 1
+done
 start=$(date +%s.%N)
-"$@" 2>&1 | tee "$report/$phase.log"
+"$@" 9>&- 2>&1 | tee "$report/$phase.log"
 status=${PIPESTATUS[0]}
 end=$(date +%s.%N)
 # `times`' second line: the user and system time of the finished children
