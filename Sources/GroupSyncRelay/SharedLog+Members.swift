@@ -54,7 +54,7 @@ extension SharedLog {
     return try readGroupFormat(results[1])
   }
 
-  /// Records, with the next round trip, where `replica` holds (nil: it
+  /// Records, in a round trip of its own, where `replica` holds (nil: it
   /// does not): no purge passes that position.
   func recordHold(_ replica: Replica, at position: Int64?) throws {
     _ = try exchange([
