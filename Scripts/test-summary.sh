@@ -41,3 +41,12 @@ for log in "$report"/*.log; do
   }'
 done | sort -t$'\t' -k1,1 -rn | head -10 \
   | awk -F'\t' '{ printf "  %7.1f s  %-12s %s%s\n", $1, $2, $3, ($4 > 1 ? " (" $4 " cases)" : "") }'
+
+# What failed, last: CI shows the end of the output only. Each issue's
+# line, cut to 400 characters (an expectation may print a whole result).
+failed=$(grep -aH '✘ Test .* recorded an issue' "$report"/*.log 2>/dev/null)
+if [ -n "$failed" ]; then
+  echo
+  echo "== tests that failed (pass: the issue, first 400 characters)"
+  echo "$failed" | sed -E 's|^.*/([^/]+)\.log:|  \1: |' | cut -c1-400
+fi

@@ -20,6 +20,14 @@ struct Applier {
   let context: ReplicaContext
   /// Entries applied per local transaction at most.
   static let batchSize = 256
+  /// How long one local transaction goes on taking entries: the store's
+  /// other writers wait for its lock, with a busy timeout (10 s by
+  /// default) that a batch of a slow machine could outlast.
+  static let transactionBudget: Duration = .milliseconds(250)
+  /// The pause after a transaction cut short by the budget, before the
+  /// next: long enough for a writer that waits for the lock (SQLite's
+  /// busy handler retries every 100 ms at most) to take it.
+  static let pauseAfterCut: Duration = .milliseconds(20)
 
   /// An entry to apply: its position, origin and body decoded.
   private typealias Pending = (position: Int64, origin: String, originSequence: Int64, entry: LogEntry)
@@ -135,16 +143,17 @@ struct Applier {
   }
 
   /// Applies `entries`, the next ones after the applied place, in one
-  /// local transaction.
+  /// local transaction, or the first of them that fit in
+  /// ``transactionBudget``: the rest are read again for the next one.
   private func apply(_ entries: [Pending], _ log: SharedLog) throws -> Bool {
     let context = self.context
-    guard let last = entries.last else { return false }
+    guard let final = entries.last else { return false }
     let start = ContinuousClock.now
     // The log reaches at least this far, whether or not the entries apply.
-    context.logHead = max(context.logHead, last.position)
+    context.logHead = max(context.logHead, final.position)
     var rowCount = 0
     context.failpoints.waitAtApplyGate(stop: context.stop)
-    let lastOrigin = EntryOrigin(host: last.origin, sequence: last.originSequence)
+    var taken = 0
     let (_, changeSet) = try context.writeAndReturnChangeSet { db in
       // Another process may have changed the schema since GRDB cached it.
       try context.refreshSchemaCache(db)
@@ -152,7 +161,11 @@ struct Applier {
       let changesBefore = db.totalChangesCount
       var notesAdded = false
       var shapes: [String: TableShape?] = [:]
+      let began = ContinuousClock.now
+      taken = 0
       for (position, origin, _, entry) in entries {
+        if taken > 0 && ContinuousClock.now - began > Self.transactionBudget { break }
+        taken += 1
         if try applyNotes(entry.notes ?? [], own: origin == context.host, db) { notesAdded = true }
         pass.ownEntry = origin == context.host
         for table in entry.tables {
@@ -172,26 +185,34 @@ struct Applier {
       // the stored place behind, and the transaction commits nothing: a
       // relay restarted there reads them again and skips them again.
       guard db.totalChangesCount != changesBefore || notesAdded else { return }
+      let last = entries[taken - 1]
       var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
       place.applied = last.position
-      place.appliedOrigin = lastOrigin
+      place.appliedOrigin = EntryOrigin(host: last.origin, sequence: last.originSequence)
       place.shipped = max(place.shipped, context.place.shipped)
       try RowIdentityMap.setPlace(place, db, group: context.group, host: context.host)
     }
     // Only now, COMMIT returned: the place moves on in memory.
+    let applied = entries[..<taken]
+    let last = entries[taken - 1]
     context.place.applied = last.position
-    context.place.appliedOrigin = lastOrigin
-    context.logHead = max(context.logHead, last.position)
+    context.place.appliedOrigin = EntryOrigin(host: last.origin, sequence: last.originSequence)
     context.emit(
       .applied(
-        store: context.storeName, position: last.position, entries: entries.count, rows: rowCount,
+        store: context.storeName, position: last.position, entries: applied.count, rows: rowCount,
         localSequence: changeSet?.sequence))
-    context.countApplied(entries.count)
+    context.countApplied(applied.count)
     ReplicaMetrics.record(context.metrics.applyDuration, since: start)
-    for (_, origin, _, entry) in entries where origin != context.host {
+    for (_, origin, _, entry) in applied where origin != context.host {
       for conflict in entry.conflicts { context.tell(conflict) }
     }
     log.recordApplied(context.replica, through: last.position)
+    if taken < entries.count {
+      // The entries left over are read again (the log's head is past the
+      // place); the pause lets the store's other writers in first.
+      context.mustReadLog = true
+      Thread.sleep(forTimeInterval: Self.pauseAfterCut.inSeconds)
+    }
     return true
   }
 

@@ -258,3 +258,74 @@ extension RelayEdgeTests {
     }
   }
 }
+
+extension RelayEdgeTests {
+  /// A relay catching up on a backlog that is slow to apply (a trigger
+  /// of A's own makes each of B's rows cost tens of milliseconds) cuts it
+  /// into short local transactions, and A's own writer, running all the
+  /// while, commits between them instead of waiting out the whole batch
+  /// (SQLite's busy timeout, 10 s, would fail it on a slow machine).
+  @Test func aSlowBacklogLetsTheHostsOwnWritersIn() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let b = try await GroupHost("b", root: root.path, server: server)
+      let (rounds, rowsPerRound) = (6, 12)
+      let backlog = rounds * rowsPerRound
+      try await a.exec([
+        """
+        CREATE TRIGGER slow_to_apply AFTER INSERT ON note WHEN NEW.body = 'slow'
+        BEGIN SELECT length(replace(hex(zeroblob(3000000)), '00', 'ab')); END
+        """
+      ])
+      try await b.startRelay()
+      // One entry per round: each round is one local transaction, shipped
+      // before the next.
+      let insert = "INSERT INTO note(title, body) VALUES ('b-' || hex(randomblob(6)), 'slow')"
+      let fromB = "SELECT seq FROM gs_change WHERE origin_host = 'b' AND body LIKE '%slow%' ORDER BY seq"
+      for round in 1...rounds {
+        try await b.exec(Array(repeating: insert, count: rowsPerRound))
+        try await waitUntil("b ships round \(round)") {
+          try server.query("SELECT count(*) FROM gs_row WHERE origin_host = 'b'").first?[0] == String(round * rowsPerRound)
+        }
+      }
+      let backlogPositions = try server.query(fromB).compactMap { $0[0].flatMap { Int($0) } }
+      #expect(backlogPositions.count == rounds)
+      // A's relay reads the whole backlog, then waits at the gate.
+      let gate = root.path + "/apply-gate"
+      FileManager.default.createFile(atPath: gate, contents: nil)
+      try await a.startRelay(environment: [RelayFailpoints.variable: "gate-before-apply:\(gate)"])
+      try await waitUntil("a's relay holds the backlog at the gate") {
+        a.relay?.stderr.contains("failpoint gate-before-apply") == true
+      }
+      let writer = try a.startWriter(["INSERT INTO note(title, body) VALUES ('a-' || hex(randomblob(6)), 'local')"], repeat: 400)
+      try await waitUntil("a's writer commits") { writer.stdout.contains("committed sequence") }
+      try FileManager.default.removeItem(atPath: gate)
+      let written = try await Executables.onThread { writer.finish(timeout: 300) }
+      #expect(written.status == 0, "a's writer: \(written.stderr)")
+      let content = try await waitForConvergence([a, b], server: server)
+      #expect(content.count == backlog + 400)
+
+      // No transaction took the whole backlog, and the writer committed
+      // between two of them.
+      let applied = a.events("applied").filter { event in
+        guard let last = event["position"] as? Int, let count = event["entries"] as? Int else { return false }
+        return backlogPositions.contains { (last - count + 1)...last ~= $0 }
+      }
+      let largest = applied.map { event in
+        let last = event["position"] as? Int ?? 0, count = event["entries"] as? Int ?? 0
+        return backlogPositions.filter { (last - count + 1)...last ~= $0 }.count
+      }.max() ?? 0
+      #expect(largest < rounds, "one local transaction applied \(largest) of the \(rounds) entries: \(applied)")
+      let relaySequences = applied.compactMap { $0["localSequence"] as? Int }.sorted()
+      let writerSequences = written.stdout.split(separator: "\n").compactMap { line in
+        line.split(separator: " ").dropFirst(2).first.flatMap { Int($0.trimmingCharacters(in: [":"])) }
+      }
+      let between = writerSequences.filter { sequence in
+        relaySequences.contains { $0 < sequence } && relaySequences.contains { $0 > sequence }
+      }
+      #expect(!between.isEmpty, "the writer's commits \(writerSequences) and the relay's \(relaySequences)")
+      Swift.print("slow backlog: \(rounds) entries applied in \(applied.count) transactions, \(between.count) local commits between them")
+    }
+  }
+}

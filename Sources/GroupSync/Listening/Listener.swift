@@ -228,12 +228,17 @@ public final class Listener: InProcessInbox, @unchecked Sendable {
       }
     guard first else {
       // Another thread is closing (a signal handler's, say): return once
-      // its clean-up is done, so that a process may exit right after.
-      let deadline = ContinuousClock.now + .seconds(5)
-      while !closeFinished.withLock({ $0 }) && ContinuousClock.now < deadline { usleep(1_000) }
+      // its clean-up is done, so that a process may exit right after (on
+      // a loaded machine that can take seconds). A call from inside that
+      // clean-up, on its own thread, returns at once.
+      let me = pthread_self()
+      while !closing.withLock({ $0.finished || $0.thread.map { pthread_equal($0, me) != 0 } ?? false }) {
+        usleep(1_000)
+      }
       return
     }
-    defer { closeFinished.withLock { $0 = true } }
+    closing.withLock { $0.thread = pthread_self() }
+    defer { closing.withLock { $0.finished = true } }
     watch?.cancel()
     LocalListeners.shared.remove(self, group: group.root)
     let folders = folderSnapshot.withLock { $0 }
@@ -250,8 +255,8 @@ public final class Listener: InProcessInbox, @unchecked Sendable {
     waiter?.resume()
   }
 
-  /// Whether the first close() has finished its clean-up.
-  private let closeFinished = Locked(false)
+  /// The thread of the first close(), and whether its clean-up is done.
+  private let closing = Locked<(thread: pthread_t?, finished: Bool)>((nil, false))
 
   /// The folders as close() may use them from any thread.
   let folderSnapshot = Locked<ListenerFolders?>(nil)
