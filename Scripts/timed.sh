@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Scripts/timed.sh PHASE COMMAND...: runs COMMAND, its output both shown
-# and kept in $TEST_REPORT/PHASE.log, and appends the phase's start and end
+# Scripts/timed.sh PHASE COMMAND...: runs COMMAND, its output kept in
+# $TEST_REPORT/PHASE.log and shown once it ends, and appends the phase's start and end
 # (s since the epoch), its exit status and the CPU time it used (s, its
 # processes' user and system time) to $TEST_REPORT/phases.tsv for
 # Scripts/test-summary.sh. Exits as COMMAND did.
@@ -32,9 +32,25 @@ while :; do
   sleep 1
 done
 start=$(date +%s.%N)
-"$@" 9>&- 2>&1 | tee "$report/$phase.log"
-status=${PIPESTATUS[0]}
+# COMMAND runs in a session of its own, its output to the log: a process a
+# failed test left behind (a child it started) would otherwise hold the
+# phase's output pipe open, and make would wait for it forever. Once
+# COMMAND has ended, what is left of its session is killed. (`setsid`
+# does not fork here: a background job of a script leads no group, so its
+# pid is the new session's.)
+setsid "$@" 9>&- >"$report/$phase.log" 2>&1 &
+session=$!
+trap 'kill -TERM -- -"$session" 2>/dev/null; wait "$session"; exit 130' INT TERM
+wait "$session"
+status=$?
+trap - INT TERM
 end=$(date +%s.%N)
+if pkill -0 -s "$session" 2>/dev/null; then
+  echo "$phase: killing what its tests left running: $(pgrep -s "$session" -d ' ' -l 2>/dev/null | head -c 300)" \
+    >>"$report/$phase.log"
+  pkill -KILL -s "$session" 2>/dev/null
+fi
+cat "$report/$phase.log"
 # `times`' second line: the user and system time of the finished children
 # (run by this shell itself: a subshell would have none).
 times >"$report/.times-$phase"

@@ -25,9 +25,9 @@ struct Applier {
   /// default) that a batch of a slow machine could outlast.
   static let transactionBudget: Duration = .milliseconds(250)
   /// The pause after a transaction cut short by the budget, before the
-  /// next: long enough for a writer that waits for the lock (SQLite's
-  /// busy handler retries every 100 ms at most) to take it.
-  static let pauseAfterCut: Duration = .milliseconds(20)
+  /// next: long enough for a writer that waits for the lock to take it,
+  /// whoever opened it (SQLite's own busy timeout tries every 100 ms).
+  static let pauseAfterCut: Duration = .milliseconds(100)
 
   /// An entry to apply: its position, origin and body decoded.
   private typealias Pending = (position: Int64, origin: String, originSequence: Int64, entry: LogEntry)

@@ -53,8 +53,9 @@ struct CrashCampaignTests {
     let directory = try await ProcessHarness.initGroup(folder, schema: Self.schema)
     let base = try Self.storeSequence(directory)
     // Long enough to keep "one period" and "one period per gap" far apart
-    // on a busy machine.
-    let grace = Duration.seconds(2)
+    // on a busy machine (a run beside another one spread the twelve over
+    // seconds).
+    let grace = Duration.seconds(4)
     let watch = try await ProcessHarness.startWatch(
       [directory, "--name", "l", "--json", "--grace-ms", String(grace.milliseconds)])
     defer { watch.signal(SIGKILL) }
@@ -226,7 +227,8 @@ struct CrashCampaignTests {
     // The baseline: the same listeners, stopped while a writer commits as
     // many change sets as they were behind, replay that backlog, which
     // holds no gap. Catching up after the campaign may take the grace
-    // period and a tick more than that, and twice it for the noise.
+    // period and a tick more than that, and four times it for the noise
+    // (the machine's load changes between the two measures).
     for listener in listeners { listener.signal(SIGSTOP) }
     _ = try await ProcessHarness.exec(directory, repeat: Int(max(behind, 1)), [Self.insert])
     let resumed = ContinuousClock.now
@@ -237,7 +239,7 @@ struct CrashCampaignTests {
     }
     let replay = ContinuousClock.now - resumed
     #expect(
-      took <= deadline + replay * 2,
+      took <= deadline + replay * 4,
       "caught up \(took) after the last commit; \(behind) change sets without a gap took \(replay)")
   }
 }

@@ -175,6 +175,23 @@ final class SafeDirectory: Sendable {
     withCString(name) { remove(cName: $0) }
   }
 
+  /// When the entry named by `name` last changed (ns since 1970: a
+  /// rename into this folder sets it); nil when it is gone.
+  func changeTime(_ name: UnsafeBufferPointer<UInt8>) -> Int64? {
+    withCString(name) { changeTime(cName: $0) }
+  }
+
+  /// When the entry `name` last changed; see ``changeTime(_:)``.
+  func changeTime(_ name: String) -> Int64? {
+    name.withCString { changeTime(cName: $0) }
+  }
+
+  private func changeTime(cName: UnsafePointer<CChar>) -> Int64? {
+    var info = stat()
+    guard fstatat(descriptor.rawValue, cName, &info, AT_SYMLINK_NOFOLLOW) == 0 else { return nil }
+    return info.changeTimeNanoseconds
+  }
+
   /// Removes the entry `name`; see ``remove(_:)``.
   @discardableResult
   func remove(_ name: String) -> Bool {
@@ -219,4 +236,9 @@ final class SafeDirectory: Sendable {
     if let text = String(validating: name, as: UTF8.self) { return text }
     return name.map { $0 < 0x80 ? String(UnicodeScalar($0)) : "\\x" + String($0, radix: 16) }.joined()
   }
+}
+
+extension stat {
+  /// The inode's change time, in ns since 1970.
+  var changeTimeNanoseconds: Int64 { Int64(st_ctim.tv_sec) * 1_000_000_000 + Int64(st_ctim.tv_nsec) }
 }

@@ -139,8 +139,8 @@ extension Listener {
       case .success(let changeSet):
         nextSequencer = (nextSequencer + offset + 1) % sequencers.count
         return delivered(.changes(sequencer.accept(changeSet)), by: sequencer)
-      case .failure(let reason):
-        guard hostileActs.continues() else {
+      case .failure(let reason, let arrived):
+        guard hostileActs.continues(arrived: arrived.map { $0...$0 }) else {
           return delivered(.reset(sequencer.reset(reason, inbox: folders.inbox)), by: sequencer)
         }
         // The act was answered already: the file is gone, the change set

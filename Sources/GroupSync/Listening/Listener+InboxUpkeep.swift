@@ -80,10 +80,12 @@ extension Listener {
     let inbox = folders.inbox
     let started = ContinuousClock.now
     var rediscovered = false
+    var arrivals = ArrivalRange()
     do {
       try inbox.forEachEntry { fileName in
         guard let (store, sequence) = GroupLayout.storeAndSequence(inFileNameBuffer: fileName) else {
           foreignCount += 1
+          arrivals.add(inbox.changeTime(fileName))
           if foreign.count < 5 { foreign.append(SafeDirectory.printable(fileName)) }
           inbox.remove(fileName)
           return
@@ -97,6 +99,7 @@ extension Listener {
         }
         guard let sequencer else {
           foreignCount += 1
+          arrivals.add(inbox.changeTime(fileName))
           if foreign.count < 5 { foreign.append(SafeDirectory.printable(fileName) + " (no such store)") }
           inbox.remove(fileName)
           return
@@ -122,7 +125,7 @@ extension Listener {
     }
     if foreignCount > 0 {
       let reason = ResetReason.foreignEntries(names: foreign.sorted(), more: foreignCount - foreign.count)
-      guard hostileActs.continues(lookStarted: started) else { return resetAll(reason) }
+      guard hostileActs.continues(lookStarted: started, arrived: arrivals.range) else { return resetAll(reason) }
       Logger.groupSync.warning("listener '\(name)': \(reason) (bad input again)")
     }
     return nil

@@ -15,7 +15,7 @@ final class StoreReader {
     self.path = path
     var configuration = Configuration()
     configuration.readonly = true
-    configuration.busyMode = .timeout(10)
+    BusyWait.applyDefault(to: &configuration)
     queue = try DatabaseQueue(path: path, configuration: configuration)
   }
 

@@ -14,6 +14,20 @@ extension StoreSequencer {
     }
   }
 
+  /// When this store's inbox files that `matches` arrived (their change
+  /// times, ns since 1970); nil when there are none.
+  func inboxArrivals(_ inbox: SafeDirectory, where matches: (Int64) -> Bool) -> ClosedRange<Int64>? {
+    var arrivals = ArrivalRange()
+    try? inbox.forEachEntry { name in
+      if let (fileStore, sequence) = GroupLayout.storeAndSequence(inFileNameBuffer: name), fileStore == store,
+        matches(sequence)
+      {
+        arrivals.add(inbox.changeTime(name))
+      }
+    }
+    return arrivals.range
+  }
+
   /// Notes a change set found in the inbox.
   func track(_ sequence: Int64) {
     if sequence < nextSequence { return }
@@ -38,7 +52,9 @@ extension StoreSequencer {
 
   enum ReadResult {
     case success(ChangeSet)
-    case failure(ResetReason)
+    /// Why the file cannot be delivered, and when it arrived (its change
+    /// time, ns since 1970; nil: it could not be opened).
+    case failure(ResetReason, arrived: Int64?)
   }
 
   /// Reads, checks and removes the next change set's file. nil if it is gone.
@@ -55,26 +71,27 @@ extension StoreSequencer {
     } catch GroupSyncError.system(ENOENT) {
       return nil
     } catch {
-      return .failure(.fileUnopenable(file: fileName, error: "\(error)"))
+      return .failure(.fileUnopenable(file: fileName, error: "\(error)"), arrived: nil)
     }
+    let arrived = info.changeTimeNanoseconds
     let changeSet: ChangeSet
     do {
       guard info.st_size <= options.maximumFileSize else {
-        return .failure(.fileTooLarge(file: fileName, size: Int64(info.st_size), maximum: options.maximumFileSize))
+        return .failure(.fileTooLarge(file: fileName, size: Int64(info.st_size), maximum: options.maximumFileSize), arrived: arrived)
       }
       let bytes = try System.readAll(file.rawValue, size: Int(info.st_size), path: inbox.path + "/" + fileName)
       changeSet = try ChangeSetEncoding.decode(bytes, name: fileName)
     } catch {
-      return .failure(.fileUnreadable(file: fileName, error: "\(error)"))
+      return .failure(.fileUnreadable(file: fileName, error: "\(error)"), arrived: arrived)
     }
     guard changeSet.storeID == storeID else {
-      return .failure(.fileOfAnotherStore(file: fileName, storeID: changeSet.storeID, expected: storeID))
+      return .failure(.fileOfAnotherStore(file: fileName, storeID: changeSet.storeID, expected: storeID), arrived: arrived)
     }
     guard changeSet.sequence == sequence else {
-      return .failure(.fileSequenceMismatch(file: fileName, sequence: changeSet.sequence))
+      return .failure(.fileSequenceMismatch(file: fileName, sequence: changeSet.sequence), arrived: arrived)
     }
     if let unknown = reader?.unknownTable(in: changeSet) {
-      return .failure(.fileUnknownTable(file: fileName, table: "\(unknown)"))
+      return .failure(.fileUnknownTable(file: fileName, table: "\(unknown)"), arrived: arrived)
     }
     return .success(changeSet)
   }

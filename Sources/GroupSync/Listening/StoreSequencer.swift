@@ -244,7 +244,8 @@ final class StoreSequencer {
         if sequence <= storeSequence { return nil }
         // Not committed: only forged files (or a forged in-process claim)
         // said it was. An act already answered is cleaned up quietly.
-        guard hostileActs.continues() else {
+        let arrived = inboxArrivals(inbox) { $0 > storeSequence }
+        guard hostileActs.continues(arrived: arrived) else {
           return .reset(reset(.notInHistory(sequence: sequence), inbox: inbox))
         }
         Logger.groupSync.warning(

@@ -23,7 +23,7 @@ final class ReadOnlyStoreFile: Sendable {
     path = folder.path + "/" + fileName
     var configuration = configuration
     configuration.readonly = true
-    if case .immediateError = configuration.busyMode { configuration.busyMode = .timeout(10) }
+    BusyWait.applyDefault(to: &configuration)
     self.configuration = configuration
     current = Locked(try Self.open(folder: folder, fileName: fileName, path: path, configuration: configuration))
   }

@@ -76,7 +76,8 @@ public final class Store: Sendable {
   ///
   /// - Parameters:
   ///   - configuration: GRDB's configuration, which GroupSync extends: a
-  ///     busy timeout of 10 s unless one is set, `synchronous = NORMAL`.
+  ///     busy timeout of 10 s unless one is set (tried every millisecond
+  ///     or two, see `BusyWait`), `synchronous = NORMAL`.
   ///   - publish: delivers a committed change set to the listeners.
   init(
     name: String = GroupLayout.mainStoreName, path: String, configuration: Configuration, options: StoreOptions,
@@ -87,7 +88,7 @@ public final class Store: Sendable {
     readOnlyFile = nil
     author = options.author ?? ProcessInfo.processInfo.processName
     var configuration = configuration
-    if case .immediateError = configuration.busyMode { configuration.busyMode = .timeout(10) }
+    BusyWait.applyDefault(to: &configuration)
     configuration.prepareDatabase { db in
       if !db.configuration.readonly { try db.execute(sql: "PRAGMA synchronous = NORMAL") }
     }
