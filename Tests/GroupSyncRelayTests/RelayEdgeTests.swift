@@ -261,7 +261,7 @@ extension RelayEdgeTests {
 
 extension RelayEdgeTests {
   /// A relay catching up on a backlog that is slow to apply (a trigger
-  /// of A's own makes each of B's rows cost tens of milliseconds) cuts it
+  /// of A's own makes each of B's rows cost some 80 ms of CPU) cuts it
   /// into short local transactions, and A's own writer, running all the
   /// while, commits between them instead of waiting out the whole batch
   /// (SQLite's busy timeout, 10 s, would fail it on a slow machine).
@@ -270,12 +270,15 @@ extension RelayEdgeTests {
       let root = try HostsFolder()
       let a = try await GroupHost("a", root: root.path, server: server)
       let b = try await GroupHost("b", root: root.path, server: server)
-      let (rounds, rowsPerRound) = (6, 12)
+      // Each entry light (one row: a fraction of a second of CPU, which a
+      // writer waits out even on a machine loaded thirty times over), the
+      // backlog heavy (well past the relay's budget for a transaction).
+      let (rounds, rowsPerRound) = (12, 1)
       let backlog = rounds * rowsPerRound
       try await a.exec([
         """
         CREATE TRIGGER slow_to_apply AFTER INSERT ON note WHEN NEW.body = 'slow'
-        BEGIN SELECT length(replace(hex(zeroblob(3000000)), '00', 'ab')); END
+        BEGIN SELECT length(replace(hex(zeroblob(6000000)), '00', 'ab')); END
         """
       ])
       try await b.startRelay()

@@ -1,14 +1,22 @@
 import Foundation
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 
-/// Prints how long each test case itself ran, as
-/// `test-time SECONDS SUITE/TEST`, for `make test`'s summary
-/// (Scripts/test-summary.sh).
+/// Runs each test case in one of a few machine-wide slots, and prints how
+/// long the case itself ran, as `test-time SECONDS SUITE/TEST`, for
+/// `make test`'s summary (Scripts/test-summary.sh).
 ///
-/// Swift Testing's own "passed after" also counts the time a test waited
-/// for a free slot (at most `--experimental-maximum-parallelization-width`
-/// test cases run at once), which says nothing of the test. This trait's
-/// scope opens once the case runs. Every suite carries it:
+/// `make test` runs up to six test processes at once (plain, ASan, TSan;
+/// the core's and the relay's), each running its tests side by side, and
+/// a second run on the same machine adds as many: on two cores that put
+/// hundreds of processes on each core, and tests that wait with deadlines
+/// for what other processes do failed because the machine was busy. So a
+/// case first takes one of `GROUPSYNC_TEST_SLOTS` (4 per core) slots, lock
+/// files in `$TMPDIR/groupsync-test-case-slots` shared by every test
+/// process of the machine, and its clock starts once it has one. Every
+/// suite carries the trait:
 ///
 /// ```swift
 /// @Suite(.timed) struct ListenerTests { ... }
@@ -20,6 +28,8 @@ public struct TimedTrait: SuiteTrait, TestTrait, TestScoping {
     for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
   ) async throws {
     guard testCase != nil else { return try await function() }
+    let slot = try await TestSlot.take()
+    defer { slot.release() }
     let start = ContinuousClock.now
     defer {
       let elapsed = ContinuousClock.now - start
@@ -33,6 +43,45 @@ public struct TimedTrait: SuiteTrait, TestTrait, TestScoping {
 }
 
 extension Trait where Self == TimedTrait {
-  /// Prints each test case's own running time (see ``TimedTrait``).
+  /// Runs each test case in a machine-wide slot and prints its own running
+  /// time (see ``TimedTrait``).
   public static var timed: TimedTrait { TimedTrait() }
+}
+
+/// One of the machine's test-case slots, held (an exclusive `flock`) until
+/// released. The descriptor is close-on-exec: a process the test starts,
+/// which may outlive it, never holds the slot.
+struct TestSlot {
+  private let descriptor: Int32
+
+  static let count: Int = {
+    if let text = ProcessInfo.processInfo.environment["GROUPSYNC_TEST_SLOTS"], let count = Int(text), count > 0 {
+      return count
+    }
+    return 4 * max(1, ProcessInfo.processInfo.activeProcessorCount)
+  }()
+
+  static let folder: String = {
+    let folder = (ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp") + "/groupsync-test-case-slots"
+    mkdir(folder, 0o777)
+    return folder
+  }()
+
+  private init(descriptor: Int32) { self.descriptor = descriptor }
+
+  /// Waits for a free slot (polling: a blocking `flock` would hold a thread
+  /// of the cooperative pool) and takes it.
+  static func take() async throws -> TestSlot {
+    while true {
+      for index in (0..<count).shuffled() {
+        let fd = open(folder + "/\(index)", O_CREAT | O_RDWR | O_CLOEXEC, 0o666)
+        guard fd >= 0 else { continue }
+        if flock(fd, LOCK_EX | LOCK_NB) == 0 { return TestSlot(descriptor: fd) }
+        close(fd)
+      }
+      try await Task.sleep(for: .milliseconds(25))
+    }
+  }
+
+  func release() { close(descriptor) }
 }
