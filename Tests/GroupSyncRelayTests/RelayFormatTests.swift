@@ -72,7 +72,8 @@ import Glibc
       let position = try #require(held["position"] as? Int)
       #expect(held["format"] as? Int == LogFormat.testing.rawValue && held["store"] as? String == "main", "\(held)")
       #expect((held["readers"] as? String ?? "").contains("testing"), "\(held)")
-      #expect(b.errorOutput.contains("holds at entry #\(position)"), "\(b.errorOutput)")
+      // The error line comes on stderr, a pipe of its own: read until it is there.
+      try await waitUntil("b's error line names the held entry") { b.errorOutput.contains("holds at entry #\(position)") }
       // The group's format never moves down by itself.
       #expect(try Self.groupFormat(server) == LogFormat.testing.rawValue)
       // Meanwhile a goes on writing (its retention keeps 2 entries), and b's
