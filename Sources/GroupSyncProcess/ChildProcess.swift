@@ -34,8 +34,12 @@ public final class ChildProcess: @unchecked Sendable {
     public let timedOut: Bool
     public let stdout: String
     public let stderr: String
-    /// Its own peak resident memory in KiB (`ru_maxrss` of `wait4`), not
-    /// that of the other children of this process.
+    /// Its own peak resident memory in KiB, not that of this process or
+    /// of its other children: the high-water mark (`VmHWM`) of its
+    /// `/proc/PID/status`, read each time this process looked whether it
+    /// had exited. (`wait4`'s `ru_maxrss` would count this process's own
+    /// peak too: posix_spawn's child shares this process's memory until
+    /// it runs exec, and the kernel keeps that memory's high-water mark.)
     public let peakResidentKiB: Int
 
     /// Whether it exited with status 0 on its own.
@@ -50,7 +54,7 @@ public final class ChildProcess: @unchecked Sendable {
   private let condition = NSCondition()
   /// The wait status once it was reaped.
   private var waitStatus: Int32?
-  /// Its peak resident memory (KiB) once it was reaped.
+  /// Its peak resident memory (KiB) as last read while it ran.
   private var peakResidentKiB = 0
   private var output = Data()
   private var errors = Data()
@@ -211,16 +215,30 @@ public final class ChildProcess: @unchecked Sendable {
   /// Its wait status once it exited, reaping it; the lock is held.
   private func reap() -> Int32? {
     if waitStatus == nil {
+      // Read before it may be reaped: an exited process has no memory left to tell of.
+      peakResidentKiB = max(peakResidentKiB, Self.highWaterKiB(of: pid) ?? 0)
       var status: Int32 = 0
-      var usage = rusage()
       var result: pid_t
-      repeat { result = wait4(pid, &status, WNOHANG, &usage) } while result < 0 && errno == EINTR
-      if result == pid {
-        waitStatus = status
-        peakResidentKiB = usage.ru_maxrss
-      }
+      repeat { result = waitpid(pid, &status, WNOHANG) } while result < 0 && errno == EINTR
+      if result == pid { waitStatus = status }
     }
     return waitStatus
+  }
+
+  /// The `VmHWM` of `/proc/PID/status` (KiB); nil once the process exited.
+  private static func highWaterKiB(of pid: pid_t) -> Int? {
+    // Read with read(2): /proc's files say they are empty to stat.
+    let fd = open("/proc/\(pid)/status", O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var bytes = [UInt8](repeating: 0, count: 8192)
+    let count = read(fd, &bytes, bytes.count)
+    guard count > 0,
+      let line = String(decoding: bytes[..<count], as: UTF8.self).split(separator: "\n")
+        .first(where: { $0.hasPrefix("VmHWM:") })
+    else { return nil }
+    // "VmHWM:\t   12345 kB"
+    return Int(line.dropFirst("VmHWM:".count).split(whereSeparator: { $0 == " " || $0 == "\t" }).first ?? "")
   }
 
   /// Everything it printed on stdout so far.

@@ -281,6 +281,7 @@ struct GRDBStoreTests {
     // (AddressSanitizer's shadow memory and quarantine make sizes meaningless.)
     if ProcessInfo.processInfo.environment["GROUPSYNC_SANITIZER"] == nil {
       #expect(result.peakResidentKiB > 0 && result.peakResidentKiB < 96 * 1024, "peak RSS of the writer: \(result.peakResidentKiB) KiB")
+      Swift.print("a million rows: peak RSS of the writer \(result.peakResidentKiB) KiB")
     }
     #expect(try await group.store.read { try Note.fetchCount($0) } == 1_000_000)
   }
