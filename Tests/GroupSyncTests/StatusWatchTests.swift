@@ -56,11 +56,14 @@ struct StatusWatchTests {
 
     _ = try await ProcessHarness.exec(directory, repeat: 5, ListenerFixture.insert)
     let after = "main   \(Int64(start)! + 5)"
-    let screen = try await waitForPane("the new sequence and the stopped listener's lag") { screen in
-      screen.contains(after) && lines(screen).contains { $0.hasPrefix("late") && $0.split(separator: " ").contains("5") && $0.contains("[##########..........]") }
+    // The live listener catches up (a frame may show it one behind on a
+    // busy machine); the stopped one stays five behind.
+    let screen = try await waitForPane("the new sequence, the stopped listener's lag, the live one's none") { screen in
+      screen.contains(after)
+        && lines(screen).contains { $0.hasPrefix("late") && $0.split(separator: " ").contains("5") && $0.contains("[##########..........]") }
+        && lines(screen).contains { $0.hasPrefix("live") && $0.contains("[....................]") }
     }
     #expect(screen.components(separatedBy: "STORE").count == 2, "redrawn in place, not appended: \(screen)")
-    #expect(lines(screen).contains { $0.hasPrefix("live") && $0.contains("[....................]") }, "\(screen)")
     // A rate was measured between two frames.
     #expect(lines(screen).first { $0.hasPrefix("main ") }.map { !$0.contains("…") } == true, "\(screen)")
     _ = try tmux(["send-keys", "-t", session, "q"])
