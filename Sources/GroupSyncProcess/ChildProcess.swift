@@ -34,7 +34,8 @@ public final class ChildProcess: @unchecked Sendable {
     public let timedOut: Bool
     public let stdout: String
     public let stderr: String
-    /// Its own peak resident memory in KiB, not that of this process or
+    /// Its own peak resident memory in KiB (0 unless started
+    /// `measuringPeakMemory`), not that of this process or
     /// of its other children: the high-water mark (`VmHWM`) of its
     /// `/proc/PID/status`, read each time this process looked whether it
     /// had exited. (`wait4`'s `ru_maxrss` would count this process's own
@@ -56,6 +57,9 @@ public final class ChildProcess: @unchecked Sendable {
   private var waitStatus: Int32?
   /// Its peak resident memory (KiB) as last read while it ran.
   private var peakResidentKiB = 0
+  /// Whether each look whether it exited reads its memory too (a read of
+  /// /proc every poll: only where a test asks).
+  private let measuringPeakMemory: Bool
   private var output = Data()
   private var errors = Data()
   /// Where the next `readLine` starts in `output`.
@@ -68,11 +72,16 @@ public final class ChildProcess: @unchecked Sendable {
   /// this process's own if given.
   ///
   /// - Throws: when the program cannot be started.
+  /// Starts `executable`; with `measuringPeakMemory`, each look whether it
+  /// exited also reads its memory's high-water mark (see
+  /// ``Result/peakResidentKiB``, 0 otherwise).
   public init(
-    executable: String, arguments: [String], environment: [String: String]? = nil, name: String? = nil
+    executable: String, arguments: [String], environment: [String: String]? = nil, name: String? = nil,
+    measuringPeakMemory: Bool = false
   ) throws {
     self.name = name ?? ([URL(fileURLWithPath: executable).lastPathComponent] + arguments.prefix(1))
       .joined(separator: " ")
+    self.measuringPeakMemory = measuringPeakMemory
     _ = Self.ignoreBrokenPipes
     // One spawn at a time: a child started by another thread between
     // pipe() and FD_CLOEXEC would hold this child's pipes open.
@@ -216,7 +225,7 @@ public final class ChildProcess: @unchecked Sendable {
   private func reap() -> Int32? {
     if waitStatus == nil {
       // Read before it may be reaped: an exited process has no memory left to tell of.
-      peakResidentKiB = max(peakResidentKiB, Self.highWaterKiB(of: pid) ?? 0)
+      if measuringPeakMemory { peakResidentKiB = max(peakResidentKiB, Self.highWaterKiB(of: pid) ?? 0) }
       var status: Int32 = 0
       var result: pid_t
       repeat { result = waitpid(pid, &status, WNOHANG) } while result < 0 && errno == EINTR

@@ -69,19 +69,52 @@ struct TestSlot {
 
   private init(descriptor: Int32) { self.descriptor = descriptor }
 
-  /// Waits for a free slot (polling: a blocking `flock` would hold a thread
-  /// of the cooperative pool) and takes it.
+  /// Waits for a free slot and takes it. Within this process the cases
+  /// queue for as many permits as there are slots (no polling); the few
+  /// that hold one then poll the machine's lock files (a blocking `flock`
+  /// would hold a thread of the cooperative pool).
   static func take() async throws -> TestSlot {
-    while true {
-      for index in (0..<count).shuffled() {
-        let fd = open(folder + "/\(index)", O_CREAT | O_RDWR | O_CLOEXEC, 0o666)
-        guard fd >= 0 else { continue }
-        if flock(fd, LOCK_EX | LOCK_NB) == 0 { return TestSlot(descriptor: fd) }
-        close(fd)
+    await permits.acquire()
+    do {
+      while true {
+        for index in (0..<count).shuffled() {
+          let fd = open(folder + "/\(index)", O_CREAT | O_RDWR | O_CLOEXEC, 0o666)
+          guard fd >= 0 else { continue }
+          if flock(fd, LOCK_EX | LOCK_NB) == 0 { return TestSlot(descriptor: fd) }
+          close(fd)
+        }
+        try await Task.sleep(for: .milliseconds(50))
       }
-      try await Task.sleep(for: .milliseconds(25))
+    } catch {
+      Task { await permits.release() }
+      throw error
     }
   }
 
-  func release() { close(descriptor) }
+  func release() {
+    close(descriptor)
+    Task { await Self.permits.release() }
+  }
+
+  private static let permits = Permits(count)
+}
+
+/// A counting semaphore for async code: `acquire` waits in line.
+actor Permits {
+  private var free: Int
+  private var waiting: [CheckedContinuation<Void, Never>] = []
+
+  init(_ count: Int) { free = count }
+
+  func acquire() async {
+    if free > 0 {
+      free -= 1
+      return
+    }
+    await withCheckedContinuation { waiting.append($0) }
+  }
+
+  func release() {
+    if waiting.isEmpty { free += 1 } else { waiting.removeFirst().resume() }
+  }
 }

@@ -270,7 +270,7 @@ struct GRDBStoreTests {
       WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000)
       INSERT INTO note(body) SELECT 'row' FROM n
       """,
-    ], timeout: 300)
+    ], timeout: 300, measuringPeakMemory: true)
     try #require(result.status == 0, "\(result.stderr)")
     let line = try #require(try jsonLines(result.stdout).map(ChangeSetLine.init(json:)).first)
     #expect(line.invalidatedTables == [TableID(storeID: group.store.storeID, table: "note").uri])

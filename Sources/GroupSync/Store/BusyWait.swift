@@ -6,7 +6,7 @@ import GRDB
 /// writer that waits behind a process writing often (a relay applying a
 /// backlog, a busy writer) keeps missing the short moments the lock is
 /// free, and fails after its timeout though the lock was free many times.
-/// GroupSync tries again every millisecond or two, for as long.
+/// GroupSync tries again every millisecond, then every 5 ms, for as long.
 enum BusyWait {
   /// A busy callback that gives up after `seconds` of one wait.
   static func callback(seconds: Double) -> Database.BusyCallback {
@@ -24,7 +24,10 @@ enum BusyWait {
         starts.withLock { $0[thread] = nil }
         return false
       }
-      usleep(tries < 20 ? 500 : 2_000)
+      // 1 ms for the first 50 ms, then 5 ms: short enough to catch the
+      // lock free between two transactions of a busy writer, long enough
+      // that writers waiting in line cost little CPU.
+      usleep(now - start < .milliseconds(50) ? 1_000 : 5_000)
       return true
     }
   }

@@ -76,8 +76,8 @@ public final class Store: Sendable {
   ///
   /// - Parameters:
   ///   - configuration: GRDB's configuration, which GroupSync extends: a
-  ///     busy timeout of 10 s unless one is set (tried every millisecond
-  ///     or two, see `BusyWait`), `synchronous = NORMAL`.
+  ///     busy timeout of 10 s unless one is set (tried every few
+  ///     milliseconds, see `BusyWait`), `synchronous = NORMAL`.
   ///   - publish: delivers a committed change set to the listeners.
   init(
     name: String = GroupLayout.mainStoreName, path: String, configuration: Configuration, options: StoreOptions,

@@ -10,13 +10,13 @@ enum CLI {
   typealias Result = ChildProcess.Result
 
   /// Runs `groupsync args...` to completion (signalled after `timeout` seconds).
-  static func run(_ arguments: [String], timeout: Double = 300) throws -> Result {
-    try start(arguments).finish(timeout: timeout)
+  static func run(_ arguments: [String], timeout: Double = 300, measuringPeakMemory: Bool = false) throws -> Result {
+    try start(arguments, measuringPeakMemory: measuringPeakMemory).finish(timeout: timeout)
   }
 
   /// Starts `groupsync args...` in the background.
-  static func start(_ arguments: [String]) throws -> ChildProcess {
-    try ChildProcess(executable: executable, arguments: arguments)
+  static func start(_ arguments: [String], measuringPeakMemory: Bool = false) throws -> ChildProcess {
+    try ChildProcess(executable: executable, arguments: arguments, measuringPeakMemory: measuringPeakMemory)
   }
 }
 

@@ -26,8 +26,10 @@ enum ProcessHarness {
   }
 
   /// `groupsync args...` to completion, off the cooperative pool.
-  static func run(_ arguments: [String], timeout: Double = 300) async throws -> CLI.Result {
-    try await onThread { try CLI.run(arguments, timeout: timeout) }
+  static func run(_ arguments: [String], timeout: Double = 300, measuringPeakMemory: Bool = false) async throws
+    -> CLI.Result
+  {
+    try await onThread { try CLI.run(arguments, timeout: timeout, measuringPeakMemory: measuringPeakMemory) }
   }
 
   /// Starts `groupsync watch` and waits until it listens.
