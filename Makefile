@@ -141,9 +141,8 @@ test-asan: deps deps-test legacy-relay ## Run the Swift tests under AddressSanit
 # - RelayNetworkTests: network faults (links cut, silent, healed) in
 #   network namespaces, and how fast the relay notices them;
 # - RelayTLSTests: a TLS server, certificates and sslmode=verify-full;
-# - RelayCredentialsTests: password files, their modes, refused passwords;
 # - RelayAccessTests: least-privilege roles, grants and row-level security.
-TSAN_RELAY_EXCEPTIONS = RelayNetworkTests|RelayTLSTests|RelayCredentialsTests|RelayAccessTests
+TSAN_RELAY_EXCEPTIONS = RelayNetworkTests|RelayTLSTests|RelayAccessTests
 TSAN_BUILD = $(call build_tests,--sanitize=thread $(LINE_TABLES) --scratch-path .build-tsan)
 TSAN_TESTS = env NO_COLOR=1 GROUPSYNC_LEGACY_RELAY=$(LEGACY_RELAY) GROUPSYNC_BIN=$(CURDIR)/.build-tsan/debug/groupsync GROUPSYNC_SANITIZER=thread \
 	TSAN_OPTIONS=atexit_sleep_ms=0 .build-tsan/$(TEST_BUNDLE)
