@@ -48,12 +48,16 @@ struct MetricsTests {
 
     // A live listener in another process whose inbox was replaced by a
     // symlink: the delivery to it fails (it reads the change set from the
-    // history), and the counter says so.
+    // history), and the counter says so. The listener is stopped meanwhile
+    // (it still holds its lock, so it counts as live): running, it would
+    // notice its inbox replaced and make it anew, maybe before the write.
     let victim = try await ProcessHarness.startWatch([group.path, "--name", "victim"])
+    victim.signal(SIGSTOP)
     let inbox = group.layout.inbox("victim")
     try FileManager.default.removeItem(atPath: inbox)
     try FileManager.default.createSymbolicLink(atPath: inbox, withDestinationPath: folder.path)
     let report = try group.store.writeAndReport { db in try db.execute(sql: "INSERT INTO items(body) VALUES ('y')") }
+    victim.signal(SIGCONT)
     #expect(report.publishFailures.map(\.listener) == ["victim"])
     #expect(try metrics.expectCounter(GroupSyncMetrics.deliveriesFailed, store).totalValue == 1)
     #expect(try metrics.expectCounter(GroupSyncMetrics.changeSetsPublished, store).totalValue == 3)
