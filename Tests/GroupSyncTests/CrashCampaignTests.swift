@@ -138,8 +138,9 @@ struct CrashCampaignTests {
     var stopping: [ChildProcess] = []
     var killedWriters = 0, killedAfterCommit = 0, restartedListeners = 0
     func moreToDo() throws -> Bool {
-      ContinuousClock.now < loadStarted + .seconds(6) || killedAfterCommit <= 10 || killedWriters <= 5
-        || (try Self.storeSequence(directory)) <= start + enoughCommits
+      let committed = try Self.storeSequence(directory) - start
+      return ContinuousClock.now < loadStarted + .seconds(6) || killedAfterCommit <= 10 || killedWriters <= 5
+        || committed <= enoughCommits
     }
     while try ContinuousClock.now < cap && moreToDo() {
       try await Task.sleep(for: .milliseconds(Int.random(in: 20...120, using: &random)))
