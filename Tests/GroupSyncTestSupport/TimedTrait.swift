@@ -14,7 +14,7 @@ import Glibc
 /// hundreds of processes on each core, and tests that wait with deadlines
 /// for what other processes do failed because the machine was busy. So a
 /// case first takes one of `GROUPSYNC_TEST_SLOTS` (4 per core) slots, lock
-/// files in `$TMPDIR/groupsync-test-case-slots` shared by every test
+/// files in `/tmp/groupsync-test-case-slots` shared by every test
 /// process of the machine, and its clock starts once it has one. Every
 /// suite carries the trait:
 ///
@@ -62,7 +62,9 @@ struct TestSlot {
   }()
 
   static let folder: String = {
-    let folder = (ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp") + "/groupsync-test-case-slots"
+    // Not under $TMPDIR, which differs between passes: every test process
+    // on the machine must find the same lock files.
+    let folder = "/tmp/groupsync-test-case-slots"
     mkdir(folder, 0o777)
     return folder
   }()

@@ -1,4 +1,5 @@
 import Foundation
+import GroupSyncTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -8,7 +9,7 @@ import Glibc
 /// `initdb` takes a second or more, a copy a tenth of that. WAL segments of
 /// 1 MB (not 16) keep the copy small.
 ///
-/// The template lives in `/tmp/gs-pg-template-PID` and is removed by a
+/// The template lives in `gs-pg-template-PID` in ``ScratchFolder/root`` and is removed by a
 /// watchdog once this process is gone.
 enum ClusterTemplate {
   /// Copies the template's data directory to `destination` (which must not
@@ -22,7 +23,7 @@ enum ClusterTemplate {
 
   private static let made: Result<String, any Error> = Result {
     let bin = try PostgresServer.binFolder()
-    let folder = "/tmp/gs-pg-template-\(getpid())"
+    let folder = "\(ScratchFolder.root)/gs-pg-template-\(getpid())"
     try? FileManager.default.removeItem(atPath: folder)
     try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
     try PostgresServer.startWatchdog(

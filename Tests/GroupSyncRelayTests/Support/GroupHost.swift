@@ -348,7 +348,7 @@ func waitForConvergence(
 final class HostsFolder: @unchecked Sendable {
   let path: String
   init() throws {
-    path = "/tmp/gs-hosts-\(UUID().uuidString.prefix(8))"
+    path = ScratchFolder.unique("gs-hosts")
     try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
   }
   deinit { try? FileManager.default.removeItem(atPath: path) }

@@ -1,4 +1,5 @@
 import Foundation
+import GroupSyncTestSupport
 import GroupSyncProcess
 @testable import GroupSyncRelay
 #if canImport(Glibc)
@@ -69,7 +70,7 @@ final class PostgresServer: @unchecked Sendable {
     self.options = options
     port = options.tcp ? try Self.freePort() : 5432
     bin = try Self.binFolder()
-    folder = "/tmp/gs-pg-\(UUID().uuidString.prefix(8))"
+    folder = ScratchFolder.unique("gs-pg")
     try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
     if getuid() == 0 { try Self.run("/bin/chown", ["postgres", folder]) }
     try ClusterTemplate.copy(to: "\(folder)/data")

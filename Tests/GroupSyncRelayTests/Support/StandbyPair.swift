@@ -1,4 +1,5 @@
 import Foundation
+import GroupSyncTestSupport
 import GroupSyncProcess
 #if canImport(Glibc)
 import Glibc
@@ -73,7 +74,7 @@ final class StandbyPair: @unchecked Sendable {
   /// ``with(_:)``, which removes the folder if any of it fails.
   private init() throws {
     bin = try PostgresServer.binFolder()
-    folder = "/tmp/gs-pgha-\(UUID().uuidString.prefix(8))"
+    folder = ScratchFolder.unique("gs-pgha")
     try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
   }
 

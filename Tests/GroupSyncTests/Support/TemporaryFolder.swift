@@ -1,4 +1,5 @@
 import Foundation
+import GroupSyncTestSupport
 @testable import GroupSync
 
 /// A fresh folder under the system temp folder, removed when released.
@@ -7,8 +8,7 @@ final class TemporaryFolder: @unchecked Sendable {
 
   init(_ label: String = #function) throws {
     let safe = label.filter { $0.isLetter || $0.isNumber }.prefix(40)
-    path = FileManager.default.temporaryDirectory
-      .appendingPathComponent("gs-test-\(safe)-\(UUID().uuidString.prefix(8))").path
+    path = ScratchFolder.unique("gs-test-\(safe)")
     try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
   }
 
