@@ -184,7 +184,7 @@ test: deps deps-test ## Run every test: the docs (warnings are errors), C under 
 
 PHASES = build legacy plain-core plain-relay docs c install asan-build asan-core asan-relay tsan-build tsan-core tsan-relay
 .PHONY: test-phases $(addprefix phase-,$(PHASES))
-test-phases: phase-tsan-core phase-tsan-relay phase-asan-core phase-asan-relay phase-install phase-c
+test-phases: phase-plain-core phase-plain-relay phase-tsan-core phase-tsan-relay phase-asan-core phase-asan-relay phase-install phase-c
 phase-build:
 	@$(TIMED) build bash -c '$(BUILD_TESTS)'
 phase-plain-core: phase-build

@@ -126,21 +126,19 @@ struct CrashCampaignTests {
     defer { for child in everyChild { child.signal(SIGKILL) } }
 
     var random = SystemRandomNumberGenerator()
-    // At least 6 s of load, and on until enough writers died both ways
-    // and enough was committed (a busy machine or a sanitizer build starts
-    // processes slowly, and a writer killed early commits little): the
-    // campaign is counted in work done, not in time; the cap only ends a
-    // campaign that would never get there.
-    let loadStarted = ContinuousClock.now
-    let cap = loadStarted + .seconds(300)
-    let enoughCommits: Int64 = 100
+    // The campaign is counted in events, not in time (a busy machine or a
+    // sanitizer build starts processes slowly, and a writer killed early
+    // commits little): on until 20 writers were killed after COMMIT, 10
+    // at random, durable listeners restarted 3 times and 200 change sets
+    // committed. The cap only ends a campaign that would never get there.
+    let cap = ContinuousClock.now + .seconds(300)
+    let enoughCommits: Int64 = 200
     var writers = (0..<2).map { _ in try? CLI.start(["exec", directory, "--repeat", "1000000", Self.insert]) }
     var stopping: [ChildProcess] = []
     var killedWriters = 0, killedAfterCommit = 0, restartedListeners = 0
     func moreToDo() throws -> Bool {
       let committed = try Self.storeSequence(directory) - start
-      return ContinuousClock.now < loadStarted + .seconds(6) || killedAfterCommit <= 10 || killedWriters <= 5
-        || committed <= enoughCommits
+      return killedAfterCommit < 20 || killedWriters < 10 || restartedListeners < 3 || committed < enoughCommits
     }
     while try ContinuousClock.now < cap && moreToDo() {
       try await Task.sleep(for: .milliseconds(Int.random(in: 20...120, using: &random)))
@@ -184,8 +182,10 @@ struct CrashCampaignTests {
     for writer in writers { _ = writer?.finish(timeout: 5) }
     let lastCommit = ContinuousClock.now
     let final = try Self.storeSequence(directory)
-    #expect(final > start + enoughCommits, "the campaign committed \(final - start) change sets")
-    #expect(killedAfterCommit > 10 && killedWriters > 5, "\(killedAfterCommit) killed after COMMIT, \(killedWriters) at random")
+    #expect(final >= start + enoughCommits, "the campaign committed \(final - start) change sets")
+    #expect(
+      killedAfterCommit >= 20 && killedWriters >= 10 && restartedListeners >= 3,
+      "\(killedAfterCommit) killed after COMMIT, \(killedWriters) at random, \(restartedListeners) listener restarts")
 
     // Every listener catches up within the grace period and a rescan tick
     // of the last commit, plus the time it takes to replay its backlog:
@@ -228,7 +228,6 @@ struct CrashCampaignTests {
       }
       #expect(reached == final)
     }
-    #expect(restartedListeners > 0 || durable.allSatisfy { $0.count == 1 })
 
     // The baseline: the same listeners, stopped while a writer commits as
     // many change sets as they were behind, replay that backlog, which
