@@ -2,10 +2,11 @@ import Foundation
 
 /// Where tests make their folders: stores, inboxes, hosts' group folders,
 /// PostgreSQL data directories. `$TMPDIR` if set (the sanitizer passes of
-/// `make test` point it at a tmpfs, `/dev/shm/groupsync-tests`: what they
-/// check is memory and threads, and on this machine's disk a file's
-/// creation costs 0.1 ms of system time, half of a test pass's CPU), else
-/// `/tmp`, the disk, where users' group folders are.
+/// `make test` point it at a folder on a tmpfs, in
+/// `/dev/shm/groupsync-tests`: what they check is memory and threads, and
+/// on this machine's disk a file's creation costs 0.1 ms of system time,
+/// half of a test pass's CPU), else `/tmp`, the disk, where users' group
+/// folders are.
 public enum ScratchFolder {
   public static let root: String = {
     var root = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"

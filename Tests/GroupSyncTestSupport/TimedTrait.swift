@@ -94,6 +94,9 @@ struct TestSlot {
   }
 
   func release() {
+    // Unlocked first: a child another test is starting holds a copy of the
+    // descriptor until its exec, and the lock would last as long.
+    flock(descriptor, LOCK_UN)
     close(descriptor)
     Task { await Self.permits.release() }
   }

@@ -53,6 +53,7 @@ struct MetricsTests {
     // notice its inbox replaced and make it anew, maybe before the write.
     let victim = try await ProcessHarness.startWatch([group.path, "--name", "victim"])
     victim.signal(SIGSTOP)
+    try await waitUntil("the victim stopped", timeout: .seconds(30)) { CrashCampaignTests.isStopped(victim.pid) }
     let inbox = group.layout.inbox("victim")
     try FileManager.default.removeItem(atPath: inbox)
     try FileManager.default.createSymbolicLink(atPath: inbox, withDestinationPath: folder.path)

@@ -8,9 +8,10 @@ import Glibc
 ///
 /// An OFD lock belongs to the open file description, not to the process:
 /// it is released when the last descriptor of that description closes
-/// (with the process, at the latest), closing another descriptor of the
-/// same file does not drop it, and a descriptor opened `O_CLOEXEC` does not
-/// pass it to programs the process starts. Neither call waits.
+/// (with the process, at the latest) or by ``unlock(_:)``, closing another
+/// descriptor of the same file does not drop it, and a descriptor opened
+/// `O_CLOEXEC` does not pass it to programs the process starts. No call
+/// waits.
 ///
 /// For example:
 ///
@@ -37,6 +38,22 @@ enum FileLock {
       throw GroupSyncError.system(call: "fcntl(F_OFD_SETLK)", path: path, errno: code)
     }
     return false
+  }
+
+  /// Drops this open file description's lock on `file`, at once.
+  ///
+  /// Closing the descriptor is not enough: a child process another thread
+  /// is starting holds a copy of every descriptor until its exec closes
+  /// the `O_CLOEXEC` ones, and the lock lasts as long as any copy does (a
+  /// listener closed while its process starts programs still looked live
+  /// to the next one taking its name). Unlocking acts on the description
+  /// itself, whatever copies of it exist.
+  ///
+  /// The corresponding C function is `fcntl` with `F_OFD_SETLK` and
+  /// `F_UNLCK`.
+  static func unlock(_ file: FileDescriptor) {
+    var lock = wholeFile(F_UNLCK)
+    _ = fcntl(file.rawValue, setLock, &lock)
   }
 
   /// Whether another open file description holds a write lock on `file`,

@@ -21,9 +21,10 @@ final class ListenerLock: Sendable {
   /// Takes the lock, or throws ``GroupSyncError/listenerNameInUse(_:)``.
   init(in folder: SafeDirectory, name: String) throws {
     let lockFile = try folder.openOwnedFile(Self.fileName, O_RDWR, for: name)
-    // A lock just released can stay held for a moment: a child process
-    // another thread of this process is starting shares the descriptor
-    // until its exec closes it. Ask again briefly before saying "in use".
+    // A lock whose holder died without releasing it (a crash) can stay
+    // held for a moment: a child process another thread of that process
+    // was starting shares the descriptor until its exec closes it. Ask
+    // again briefly before saying "in use".
     var attempts = 0
     while try !FileLock.tryLock(lockFile, path: folder.path + "/" + Self.fileName) {
       attempts += 1
@@ -37,9 +38,14 @@ final class ListenerLock: Sendable {
     file.withLock { $0 = lockFile }
   }
 
-  /// Releases the lock by closing its descriptor; later calls do nothing.
+  /// Releases the lock at once (``FileLock/unlock(_:)``: whatever copies
+  /// of the descriptor a child being started holds) and closes its
+  /// descriptor; later calls do nothing.
   func release() {
-    file.withLock { $0 = nil }
+    file.withLock { file in
+      if let held = file { FileLock.unlock(held) }
+      file = nil
+    }
   }
 
   /// Whether a live listener holds the lock of the open lock file `fd`,

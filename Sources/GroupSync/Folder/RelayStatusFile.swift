@@ -179,6 +179,12 @@ public final class RelayLock: Sendable {
 
   init(descriptor: FileDescriptor) { self.descriptor = Locked(descriptor) }
 
-  /// Releases the lock (closes its descriptor).
-  public func release() { descriptor.withLock { $0 = nil } }
+  /// Releases the lock at once, whatever copies of its descriptor a child
+  /// being started holds (``FileLock/unlock(_:)``), and closes it.
+  public func release() {
+    descriptor.withLock { descriptor in
+      if let held = descriptor { FileLock.unlock(held) }
+      descriptor = nil
+    }
+  }
 }
