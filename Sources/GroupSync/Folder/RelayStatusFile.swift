@@ -179,8 +179,9 @@ public final class RelayLock: Sendable {
 
   init(descriptor: FileDescriptor) { self.descriptor = Locked(descriptor) }
 
-  /// Releases the lock at once, whatever copies of its descriptor a child
-  /// being started holds (``FileLock/unlock(_:)``), and closes it.
+  /// Releases the lock at once (an `F_OFD_SETLK` unlock: a child process
+  /// being started holds a copy of its descriptor until its exec), and
+  /// closes it.
   public func release() {
     descriptor.withLock { descriptor in
       if let held = descriptor { FileLock.unlock(held) }
