@@ -9,8 +9,8 @@ import Glibc
 /// `initdb` takes a second or more, a copy a tenth of that. WAL segments of
 /// 1 MB (not 16) keep the copy small.
 ///
-/// The template lives in `gs-pg-template-PID` in ``ScratchFolder/root`` and is removed by a
-/// watchdog once this process is gone.
+/// The template lives in `gs-pg-template-PID` in ``ScratchFolder/root`` and is removed when
+/// this process exits, or by a watchdog once it is gone (a crash).
 enum ClusterTemplate {
   /// Copies the template's data directory to `destination` (which must not
   /// exist), owned by the user postgres like the template. The first call
@@ -21,11 +21,16 @@ enum ClusterTemplate {
     try PostgresServer.run("/bin/cp", ["-a", source, destination])
   }
 
+  private static let folder = "\(ScratchFolder.root)/gs-pg-template-\(getpid())"
+
   private static let made: Result<String, any Error> = Result {
     let bin = try PostgresServer.binFolder()
-    let folder = "\(ScratchFolder.root)/gs-pg-template-\(getpid())"
+    let folder = Self.folder
     try? FileManager.default.removeItem(atPath: folder)
     try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+    // Removed at exit too: `make test` ends each phase by killing what its
+    // session left running, the watchdog included.
+    atexit { try? FileManager.default.removeItem(atPath: ClusterTemplate.folder) }
     try PostgresServer.startWatchdog(
       """
       while [ -d /proc/\(getpid()) ]; do sleep 1; done
