@@ -47,6 +47,11 @@ struct Applier {
       try resync(log, reason: reason, diverged: true)
       return true
     }
+    if let reason = context.resyncReason {
+      context.resyncReason = nil
+      try resync(log, reason: reason)
+      return true
+    }
     let entries: [Pending]
     if let carried = try carriedEntries() {
       entries = carried
@@ -171,7 +176,8 @@ struct Applier {
         for table in entry.tables {
           for row in table.rows {
             let outcome = try applyImage(
-              row, table: table.name, columns: table.columns, position: position, pass: pass, db, &shapes)
+              row, table: table.name, columns: row.assignments(table.columns).columns, position: position, pass: pass,
+              db, &shapes)
             if outcome == .changed { rowCount += 1 }
           }
         }
@@ -294,6 +300,9 @@ struct Applier {
           reason: "this host's store no longer has the table (dropped or renamed here) and the entry has rows of it; "
             + "the entry waits until the schemas agree")
       }
+      if image.isPartial {
+        return try holdChanges(image, table: name, columns: columns, position: position, pass: pass, db)
+      }
       let reason = "table \(name) does not exist here yet (added on another host): applied once it does"
       return try hold(
         image, table: name, columns: columns, position: position, reason: reason, cause: .missingTable, pass: pass, db)
@@ -316,7 +325,11 @@ struct Applier {
     let outcome = try applyRow(known, columns: kept.map { columns[$0] }, shape: shape, position: position, pass: pass, db)
     if outcome == .held {
       // It waits whole, the columns this host lacks included.
-      try HeldRows.replaceImage(image, table: name, columns: columns, db)
+      if image.isPartial {
+        try HeldRows.mergeChanges(image, table: name, columns: columns, position: position, db)
+      } else {
+        try HeldRows.replaceImage(image, table: name, columns: columns, db)
+      }
     } else if let values = image.values, !stale {
       try SchemaDrift.keep(
         db, table: name, gid: image.gid, columns: unknown.map { columns[$0] }, values: unknown.map { values[$0] },
@@ -425,6 +438,20 @@ struct Applier {
       try pass.release(db, table: table, gid: image.gid, through: position)
       return .unchanged
     }
+    // Changed columns only (log format 2): they apply to the row as this
+    // host has it, which must be here.
+    let localValues = try mapping?.rowID.flatMap { try shape.values(db, rowID: $0, columns: columns) }
+    if image.isPartial, image.values != nil, localValues == nil {
+      return try holdChanges(image, table: table, columns: columns, position: position, pass: pass, db)
+    }
+    // The values of the image as the log has them, for the next update's
+    // changed columns.
+    let base = try image.values.map { shipped -> RowIdentityMap.StoredBase in
+      guard image.isPartial else { return RowIdentityMap.StoredBase(shipped, columns: columns) }
+      var merged = mapping?.base?.values ?? [:]
+      for (column, value) in zip(columns, shipped) { merged[column.lowercased()] = value }
+      return RowIdentityMap.StoredBase(merged)
+    }
     var values = image.values
     if let shipped = values {
       switch try translate(shipped, columns: columns, table: table, pass: pass, db) {
@@ -450,7 +477,6 @@ struct Applier {
       }
     }
     try pass.release(db, table: table, gid: image.gid, through: position)
-    let localValues = try mapping?.rowID.flatMap { try shape.values(db, rowID: $0, columns: columns) }
     guard let values else {
       if let rowID = mapping?.rowID, localValues != nil {
         try deleteRow(shape, rowID: rowID, position: position, pass: pass, db)
@@ -459,11 +485,31 @@ struct Applier {
       return localValues != nil ? .changed : .unchanged
     }
     if let rowID = mapping?.rowID, let localValues {
-      try RowIdentityMap.set(.init(gid: image.gid, rowID: rowID, position: position), db, table: table)
+      try RowIdentityMap.set(.init(gid: image.gid, rowID: rowID, position: position, base: base), db, table: table)
       guard localValues != values else { return .unchanged }
-      return try write(image, values: values, columns: columns, into: rowID, shape: shape, position: position, pass: pass, db)
+      return try write(
+        image, values: values, columns: columns, into: rowID, shape: shape, position: position, base: base, pass: pass,
+        db)
     }
-    return try write(image, values: values, columns: columns, into: nil, shape: shape, position: position, pass: pass, db)
+    return try write(
+      image, values: values, columns: columns, into: nil, shape: shape, position: position, base: base, pass: pass, db)
+  }
+
+  /// The changed columns of a row this host does not have: they join the
+  /// image held for it (a row waiting for its table or for a row it points
+  /// at), or, when none is held, the store re-synchronises from the rows'
+  /// current images (the log holds the whole row; a host in step never
+  /// gets here).
+  private func holdChanges(
+    _ image: RowImage, table: String, columns: [String], position: Int64, pass: Pass, _ db: Database
+  ) throws -> Outcome {
+    if try HeldRows.mergeChanges(image, table: table, columns: columns, position: position, db) {
+      pass.mayHold = true
+      return .held
+    }
+    context.resyncReason = context.resyncReason
+      ?? "entry \(position) changes columns of row \(image.gid) of \(table), which this host does not have"
+    return .unchanged
   }
 
   /// Writes an image's values into row `target` (nil: a new row). When
@@ -484,7 +530,7 @@ struct Applier {
   /// Either way a conflict is reported, with both rows' values.
   private func write(
     _ image: RowImage, values: [RowValue], columns: [String], into target: Int64?, shape: TableShape,
-    position: Int64, pass: Pass, _ db: Database
+    position: Int64, base: RowIdentityMap.StoredBase?, pass: Pass, _ db: Database
   ) throws -> Outcome {
     var target = target
     for _ in 0..<8 {
@@ -496,7 +542,8 @@ struct Applier {
         } else {
           rowID = try insert(shape, columns: columns, values: values, db)
         }
-        try RowIdentityMap.set(.init(gid: image.gid, rowID: rowID, position: position), db, table: shape.name)
+        try RowIdentityMap.set(
+          .init(gid: image.gid, rowID: rowID, position: position, base: base), db, table: shape.name)
         return .changed
       } catch let error as DatabaseError
         where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE

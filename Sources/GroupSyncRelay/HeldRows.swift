@@ -63,6 +63,37 @@ enum HeldRows {
       .execute(arguments: [columns, data, table, image.gid])
   }
 
+  /// Sets the columns a later image of a held row changed (log format 2)
+  /// in its held image, which takes that image's position; returns whether
+  /// an image was held for the row.
+  @discardableResult
+  static func mergeChanges(_ image: RowImage, table: String, columns: [String], position: Int64, _ db: Database)
+    throws -> Bool
+  {
+    guard let values = image.values,
+      let row = try Row.fetchOne(
+        db.cachedStatement(sql: "SELECT columns, data FROM \(self.table) WHERE tbl = ? AND gid = ?"),
+        arguments: [table, image.gid])
+    else { return false }
+    var heldColumns = try JSONDecoder().decode([String].self, from: Data((row[0] as String).utf8))
+    var heldValues = try JSONDecoder().decode([RowValue].self, from: Data((row[1] as String).utf8))
+    for (column, value) in zip(columns, values) {
+      if let index = heldColumns.firstIndex(where: { $0.lowercased() == column.lowercased() }) {
+        heldValues[index] = value
+      } else {
+        heldColumns.append(column)
+        heldValues.append(value)
+      }
+    }
+    try db.cachedStatement(
+      sql: "UPDATE \(self.table) SET columns = ?, data = ?, pos = max(pos, ?) WHERE tbl = ? AND gid = ?"
+    ).execute(arguments: [
+      String(decoding: try JSONEncoder().encode(heldColumns), as: UTF8.self),
+      String(decoding: try JSONEncoder().encode(heldValues), as: UTF8.self), position, table, image.gid,
+    ])
+    return true
+  }
+
   /// Forgets the held image of a row once an image of `position` or later
   /// comes for it (it supersedes what waited).
   static func release(_ db: Database, table: String, gid: String, through position: Int64) throws {

@@ -53,10 +53,34 @@ struct LogEntry: Codable, Sendable, Equatable {
         ? try JSONDecoder().decode(LogEntry.self, from: data) : try JSONDecoder().decode(Wrapped.self, from: data).entry
       if format.reversesValues { entry.reverseValues() }
       for index in entry.conflicts.indices { entry.conflicts[index].sequence = sequence }
+      if let problem = entry.shapeProblem(format: format) {
+        throw RelayError.invalidEntry(store: store, sequence: sequence, reason: problem)
+      }
       return entry
+    } catch let error as RelayError {
+      throw error
     } catch {
       throw RelayError.invalidEntry(store: store, sequence: sequence, reason: "\(error)")
     }
+  }
+
+  /// What makes the decoded entry no entry of `format` (a row's values
+  /// that do not match its table's columns), or nil.
+  private func shapeProblem(format: LogFormat) -> String? {
+    for table in tables {
+      for row in table.rows {
+        guard let values = row.values else { continue }
+        if let changed = row.changed {
+          guard format.mergesByProperty else { return "row \(row.gid) of \(table.name) lists changed columns, which \(format) has not" }
+          guard changed.count == values.count, Set(changed).count == changed.count,
+            changed.allSatisfy({ table.columns.indices.contains($0) })
+          else { return "row \(row.gid) of \(table.name): its changed columns \(changed) do not match its \(values.count) values and the table's \(table.columns.count) columns" }
+        } else if values.count != table.columns.count {
+          return "row \(row.gid) of \(table.name) has \(values.count) values for \(table.columns.count) columns"
+        }
+      }
+    }
+    return nil
   }
 
   /// An entry of a format after 1.
@@ -151,9 +175,16 @@ struct RowImage: Codable, Sendable, Equatable {
   var base: Int64
   /// The values in ``TableImage/columns`` order; nil: the row is deleted.
   var values: [RowValue]?
-  /// First-writer-wins: the origin's write lost, and these are the
-  /// winner's values, which the origin applies too.
+  /// The settled row: the origin's write was merged with (or lost to) a
+  /// concurrent one, and these values are the result, which the origin
+  /// applies too.
   var lost: Bool?
+  /// Format 2: the indices (in ``TableImage/columns``) of the columns the
+  /// origin changed since the image of ``base``, which ``values`` lists in
+  /// that order; nil: ``values`` lists every column (a new row, a table
+  /// shipped whole, a settled row, a row whose base the origin did not
+  /// know).
+  var changed: [Int]?
 
   enum CodingKeys: String, CodingKey {
     case gid = "g"
@@ -161,5 +192,26 @@ struct RowImage: Codable, Sendable, Equatable {
     case base = "b"
     case values = "v"
     case lost = "l"
+    case changed = "c"
+  }
+
+  /// Whether the image lists only the columns its origin changed.
+  var isPartial: Bool { changed != nil }
+
+  /// The columns and values this image sets, out of the table's `columns`.
+  func assignments(_ columns: [String]) -> (columns: [String], values: [RowValue]?) {
+    guard let changed, let values else { return (columns, values) }
+    return (changed.map { columns[$0] }, values)
+  }
+
+  /// The image shipping only the columns whose values differ from `base`
+  /// (by lowercased column name; a column it lacks counts as changed).
+  func changes(from base: [String: RowValue], columns: [String]) -> RowImage {
+    guard let values, changed == nil else { return self }
+    var image = self
+    let indices = columns.indices.filter { base[columns[$0].lowercased()] != values[$0] }
+    image.changed = indices
+    image.values = indices.map { values[$0] }
+    return image
   }
 }

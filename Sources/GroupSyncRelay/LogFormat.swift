@@ -23,9 +23,17 @@ public struct LogFormat: RawRepresentable, Hashable, Comparable, Sendable, Codab
   /// references as global IDs, `{"g": …}`).
   public static let v1 = LogFormat(rawValue: 1)
 
+  /// Format 2: merging by property. An update of a row the origin knew
+  /// ships only the columns it changed since the image it wrote on
+  /// (``RowImage/changed``), and conflicts are settled column by column
+  /// (``ConflictRecord`` gains `base`, `merged` and `reason`). A relay that
+  /// read it as format 1 would store the changed values in the first
+  /// columns: relays before it cannot decode it, and hold.
+  public static let v2 = LogFormat(rawValue: 2)
+
   /// The newest format of this build (what it writes once every member of
   /// the group reads it).
-  public static let newest = v1
+  public static let newest = v2
 
   /// A format for tests of rolling upgrades only (a relay speaks it when
   /// ``RelayConfiguration/speaksTestingFormat`` is set): ``newest``'s
@@ -52,6 +60,7 @@ public struct LogFormat: RawRepresentable, Hashable, Comparable, Sendable, Codab
   public var readers: String {
     switch self {
     case .v1: "every relay version"
+    case .v2: "relay 3 and later"
     case .testing: "relay \(RelayVersion.current.name) with the testing format (a test build)"
     default: "a relay version newer than \(RelayVersion.current.name)"
     }
@@ -84,4 +93,8 @@ public struct LogFormat: RawRepresentable, Hashable, Comparable, Sendable, Codab
 
   /// Whether rows' values are stored last column first (``testing``).
   var reversesValues: Bool { self == .testing }
+
+  /// Whether updates ship only their changed columns and conflicts are
+  /// merged by property (format 2 and later).
+  var mergesByProperty: Bool { self >= .v2 }
 }

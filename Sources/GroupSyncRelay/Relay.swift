@@ -169,7 +169,7 @@ public final class Relay: @unchecked Sendable {
       let store = name == "main" ? group.store : try group.store(named: name)
       return try ReplicaContext(
         store: store, storeName: name, group: configuration.group, host: configuration.host,
-        policy: configuration.policy, version: configuration.version, author: author, retention: configuration.retention,
+        merge: configuration.merge, version: configuration.version, author: author, retention: configuration.retention,
         references: configuration.references, stop: stopSignal,
         failpoints: failpoints, metricsFactory: configuration.metricsFactory, emit: emit)
     }
@@ -367,7 +367,9 @@ public final class Relay: @unchecked Sendable {
     try log.prepareAccess(group: configuration.group, host: configuration.host)
     try log.lockHost(group: configuration.group, host: configuration.host)
     try log.listen()
-    try log.announce(group: configuration.group, host: configuration.host, version: configuration.version)
+    try log.announce(
+      group: configuration.group, host: configuration.host, version: configuration.version,
+      rules: configuration.merge.fingerprint)
     lastFormatCheck = .now
     // A store that holds keeps its position from being purged, also if the
     // session that recorded it failed right after.
@@ -376,6 +378,7 @@ public final class Relay: @unchecked Sendable {
     }
     self.log = log
     takeGroupFormat(log)
+    takeDifferingRules(log)
     for context in contexts {
       // What notifications of an earlier session carried may have been
       // lost with it (a failover): the log is read again.
@@ -409,8 +412,10 @@ public final class Relay: @unchecked Sendable {
     }
     if ContinuousClock.now - lastFormatCheck >= Self.formatCheckInterval {
       // A member retired or gone past the window lets the group move up.
-      try log.advanceFormat(group: configuration.group)
+      try log.advanceFormat(
+        group: configuration.group, host: configuration.host, rules: configuration.merge.fingerprint)
       lastFormatCheck = .now
+      takeDifferingRules(log)
     }
     // A store whose log diverged re-synchronises before anything ships, so
     // that shipments carry positions the log holds.
@@ -466,8 +471,30 @@ public final class Relay: @unchecked Sendable {
     }
   }
 
-  /// Ships what every store has pending; nil when it is all shipped.
+  /// The members whose merge rules differ from this relay's, as last told.
+  private var differingRules: [String: String] = [:]
+
+  /// Takes which members announce other merge rules: while any does, this
+  /// relay ships nothing (see ``RelayEvent/mergeRules(ours:differing:)``).
+  private func takeDifferingRules(_ log: SharedLog) {
+    let differing = log.differingRules
+    guard differing != differingRules else { return }
+    differingRules = differing
+    let ours = configuration.merge.fingerprint
+    if differing.isEmpty {
+      logger.info("the group's members agree on the merge rules again: shipping resumes")
+    } else {
+      let others = differing.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: " | ")
+      logger.error(
+        "other members announce other merge rules (\(others)) than this relay's (\(ours)): nothing ships until they agree")
+    }
+    emit(.mergeRules(ours: ours, differing: differing))
+  }
+
+  /// Ships what every store has pending; nil when it is all shipped (or
+  /// held while the members' merge rules differ).
   private func shipAll(_ log: SharedLog) throws -> PassOutcome? {
+    guard differingRules.isEmpty else { return nil }
     for context in contexts where context.formatHold == nil {
       var outcome: PassOutcome?
       try holding(context, log) {

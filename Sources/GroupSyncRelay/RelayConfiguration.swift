@@ -17,7 +17,15 @@ public struct RelayConfiguration: Sendable {
   public var host: String
   /// The stores to replicate, by name (by default the main store).
   public var stores: [String]
-  public var policy: ConflictPolicy
+  /// How concurrent writes are settled: by property (log format 2), with a
+  /// policy for the group, per table and per column, tables that settle
+  /// whole rows and merges of the program's own. The same on every host.
+  public var merge: MergeRules
+  /// The group's policy (``MergeRules/policy``).
+  public var policy: ConflictPolicy {
+    get { merge.policy }
+    set { merge.policy = newValue }
+  }
   /// Log entries kept per store: older ones are purged as new ones come
   /// (nil: none purged). A host whose place was purged re-synchronises.
   public var retention: Int64?
@@ -56,7 +64,7 @@ public struct RelayConfiguration: Sendable {
     self.group = group ?? URL(fileURLWithPath: folder).standardizedFileURL.lastPathComponent
     self.host = host ?? ProcessInfo.processInfo.hostName
     stores = ["main"]
-    policy = .lastWriterWins
+    merge = MergeRules(policy: .objectTrump)
     retention = nil
     pollInterval = .seconds(1)
     maximumReconnectDelay = .seconds(2)

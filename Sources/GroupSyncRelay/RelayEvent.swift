@@ -35,6 +35,12 @@ public enum RelayEvent: Sendable, Equatable, Codable {
   /// the relay versions that do. Nothing after it is applied or shipped
   /// until this host's relay is upgraded; nothing is skipped.
   case formatHeld(store: String, position: Int64, format: Int, readers: String)
+  /// Other members of the group announce merge rules other than this
+  /// relay's (`ours`; `differing` by host): it ships nothing until they
+  /// agree, rather than settle conflicts in two ways (applying goes on).
+  /// Told when the disagreement starts or changes, and with an empty
+  /// `differing` when the members agree again.
+  case mergeRules(ours: String, differing: [String: String])
   /// Something failed; the relay goes on (retrying what failed).
   case error(String)
   /// The relay gave up and its thread ended: only an administrator can

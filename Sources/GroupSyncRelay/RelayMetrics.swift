@@ -27,10 +27,12 @@ import CoreMetrics
 ///   set with the relay's status, at most every 200 ms and on each pass).
 /// - ``lagSeconds``: the age of the oldest entry not applied yet, 0 when
 ///   caught up (a gauge, as ``lagEntries``).
-/// - ``conflicts``: conflicts this host saw settled, with a dimension
-///   `rule`: `last-writer-wins`, `first-writer-wins`, `unique-key`, or
-///   `parent-deleted:` and the reference's ``RowReference/DeleteAction``
-///   (`cascade`, `set-null`, `set-default`).
+/// - ``conflicts``: conflicts this host saw settled (since log format 2,
+///   one per column both writes changed), with a dimension `rule`:
+///   `object-trump`, `store-trump` (before relay 3: `last-writer-wins`,
+///   `first-writer-wins`), `merge:` and the name of a ``CustomMerge``,
+///   `unique-key`, or `parent-deleted:` and the reference's
+///   ``RowReference/DeleteAction`` (`cascade`, `set-null`, `set-default`).
 /// - ``heldRows``: row images held back now, waiting to be applied, with a
 ///   dimension `reason`, one of ``HeldCause``'s raw values (a gauge, as
 ///   ``lagEntries``).

@@ -16,7 +16,8 @@ final class ReplicaContext: @unchecked Sendable {
   let host: String
   /// The key of this host's replica of the store in the shared log.
   var replica: SharedLog.Replica { SharedLog.Replica(group: group, store: storeName, host: host) }
-  let policy: ConflictPolicy
+  /// How concurrent writes are settled.
+  let merge: MergeRules
   /// The log formats this relay reads and writes.
   let version: RelayVersion
   /// The format shipments are written in: the group's, or the newest this
@@ -58,6 +59,9 @@ final class ReplicaContext: @unchecked Sendable {
   /// Set when the log lost this host's shipments (found on connecting):
   /// the next pass re-synchronises as after a divergence.
   var divergence: String?
+  /// Set when an entry changed columns of a row this host does not have:
+  /// the next pass re-synchronises from the rows' current images.
+  var resyncReason: String?
   let emit: @Sendable (RelayEvent) -> Void
   /// Rung once the relay stops (waits give up).
   let stop: WakePipe?
@@ -75,7 +79,7 @@ final class ReplicaContext: @unchecked Sendable {
   static let carriedLimit = 4096
 
   init(
-    store: Store, storeName: String, group: String, host: String, policy: ConflictPolicy,
+    store: Store, storeName: String, group: String, host: String, merge: MergeRules,
     version: RelayVersion = .current, author: String, retention: Int64?, references: [RowReference] = [], stop: WakePipe? = nil, failpoints: RelayFailpoints = RelayFailpoints(nil),
     metricsFactory: (any MetricsFactory)? = nil, emit: @escaping @Sendable (RelayEvent) -> Void
   ) throws {
@@ -83,7 +87,7 @@ final class ReplicaContext: @unchecked Sendable {
     self.storeName = storeName
     self.group = group
     self.host = host
-    self.policy = policy
+    self.merge = merge
     self.version = version
     self.author = author
     self.retention = retention

@@ -8,12 +8,15 @@ import GroupSync
 /// tables, commits a change set (author `groupsync-relay@HOST`) and no
 /// listener mistakes it for a foreign writer. They are never replicated.
 ///
-/// - `gs_relay_row(tbl, gid, local_rowid, pos, former_rowid)`: each
-///   replicated row's global ID and its rowid here (NULL once deleted: a
-///   tombstone, so the ID is never reused), `pos`, the log position of the
-///   image the row holds here (0: written here, never shipped), and a
-///   tombstone's last rowid (so that a deletion which must ship again,
-///   after the log lost it, still finds its global ID).
+/// - `gs_relay_row(tbl, gid, local_rowid, pos, former_rowid, alias_of,
+///   base)`: each replicated row's global ID and its rowid here (NULL once
+///   deleted: a tombstone, so the ID is never reused), `pos`, the log
+///   position of the image the row holds here (0: written here, never
+///   shipped), a tombstone's last rowid (so that a deletion which must ship
+///   again, after the log lost it, still finds its global ID), and `base`,
+///   the values of that image as the log has them (JSON, by lowercased
+///   column name; NULL: unknown), from which the next update's changed
+///   columns are told (log format 2).
 /// - `gs_relay_state(grp, host, shipped, applied, last_shipment,
 ///   applied_origin, applied_origin_seq)`: the last local sequence shipped
 ///   (or skipped: the relay's own writes), the last log position applied,
@@ -43,6 +46,9 @@ enum RowIdentityMap {
     }
     if !(try db.columns(in: rowTable).contains { $0.name == "alias_of" }) {
       try db.execute(sql: "ALTER TABLE \(rowTable) ADD COLUMN alias_of TEXT")
+    }
+    if !(try db.columns(in: rowTable).contains { $0.name == "base" }) {
+      try db.execute(sql: "ALTER TABLE \(rowTable) ADD COLUMN base TEXT")
     }
     try db.execute(sql: "CREATE INDEX IF NOT EXISTS \(rowTable)_former ON \(rowTable)(tbl, former_rowid)")
     let columns = Set(try db.columns(in: stateTable).map(\.name))
@@ -91,10 +97,11 @@ enum RowIdentityMap {
       ])
   }
 
-  /// Forgets every row's log position (after the log lost entries, the
-  /// positions recorded here may name entries it no longer holds).
+  /// Forgets every row's log position and base (after the log lost
+  /// entries, the positions recorded here may name entries it no longer
+  /// holds).
   static func forgetPositions(_ db: Database) throws {
-    try db.execute(sql: "UPDATE \(rowTable) SET pos = 0 WHERE pos <> 0")
+    try db.execute(sql: "UPDATE \(rowTable) SET pos = 0, base = NULL WHERE pos <> 0 OR base IS NOT NULL")
   }
 
   /// The largest rowid of `table` a live global ID maps to: a row deleted
@@ -114,21 +121,50 @@ enum RowIdentityMap {
     /// The row this one became one with (the two held the same value of a
     /// unique key): references to this one resolve to it.
     var aliasOf: String? = nil
+    /// The values of the image at `position` (nil: unknown).
+    var base: StoredBase? = nil
   }
+
+  /// An image's values by lowercased column name, as the log has them
+  /// (references as global IDs), kept as JSON and decoded when asked.
+  struct StoredBase: Sendable, Equatable {
+    let text: String
+
+    init(text: String) { self.text = text }
+
+    init(_ values: [String: RowValue]) {
+      text = String(decoding: (try? JSONEncoder().encode(values)) ?? Data("{}".utf8), as: UTF8.self)
+    }
+
+    /// `values` of `columns`.
+    init(_ values: [RowValue], columns: [String]) {
+      var base = [String: RowValue](minimumCapacity: columns.count)
+      for (column, value) in zip(columns, values) { base[column.lowercased()] = value }
+      self.init(base)
+    }
+
+    /// The values by lowercased column name; nil (unknown) for text that
+    /// is none.
+    var values: [String: RowValue]? { try? JSONDecoder().decode([String: RowValue].self, from: Data(text.utf8)) }
+  }
+
+  private static func encode(_ base: StoredBase?) -> String? { base?.text }
+
+  private static func decode(_ text: String?) -> StoredBase? { text.map(StoredBase.init(text:)) }
 
   static func entry(_ db: Database, table: String, rowID: Int64) throws -> Entry? {
     try Row.fetchOne(
-      db.cachedStatement(sql: "SELECT gid, pos FROM \(rowTable) WHERE tbl = ? AND local_rowid = ?"),
+      db.cachedStatement(sql: "SELECT gid, pos, base FROM \(rowTable) WHERE tbl = ? AND local_rowid = ?"),
       arguments: [table, rowID]
-    ).map { Entry(gid: $0[0], rowID: rowID, position: $0[1]) }
+    ).map { Entry(gid: $0[0], rowID: rowID, position: $0[1], base: decode($0[2])) }
   }
 
   static func entry(_ db: Database, table: String, gid: String) throws -> Entry? {
     try Row.fetchOne(
       db.cachedStatement(
-        sql: "SELECT local_rowid, pos, former_rowid, alias_of FROM \(rowTable) WHERE tbl = ? AND gid = ?"),
+        sql: "SELECT local_rowid, pos, former_rowid, alias_of, base FROM \(rowTable) WHERE tbl = ? AND gid = ?"),
       arguments: [table, gid]
-    ).map { Entry(gid: gid, rowID: $0[0], position: $0[1], formerRowID: $0[2], aliasOf: $0[3]) }
+    ).map { Entry(gid: gid, rowID: $0[0], position: $0[1], formerRowID: $0[2], aliasOf: $0[3], base: decode($0[4])) }
   }
 
   /// The entry of `gid`, or of the row it became one with (following
@@ -176,21 +212,27 @@ enum RowIdentityMap {
         """).execute(arguments: [table, rowID, entry.gid])
     }
     try db.cachedStatement(sql: """
-      INSERT INTO \(rowTable)(tbl, gid, local_rowid, pos, former_rowid, alias_of) VALUES (?, ?, ?, ?, ?, ?)
+      INSERT INTO \(rowTable)(tbl, gid, local_rowid, pos, former_rowid, alias_of, base) VALUES (?, ?, ?, ?, ?, ?, ?)
       ON CONFLICT(tbl, gid) DO UPDATE SET local_rowid = excluded.local_rowid, pos = excluded.pos,
         former_rowid = CASE WHEN excluded.local_rowid IS NULL THEN coalesce(local_rowid, former_rowid) END,
-        alias_of = excluded.alias_of
-      """).execute(arguments: [table, entry.gid, entry.rowID, entry.position, entry.formerRowID, entry.aliasOf])
+        alias_of = excluded.alias_of, base = excluded.base
+      """).execute(arguments: [
+        table, entry.gid, entry.rowID, entry.position, entry.formerRowID, entry.aliasOf, encode(entry.base),
+      ])
   }
 
-  /// Raises the position of `gid` to `position` (never lowers it).
-  static func raisePosition(_ db: Database, table: String, gid: String, to position: Int64, deleted: Bool) throws {
+  /// Raises the position of `gid` to `position` (never lowers it), with
+  /// the values of the image there (nil: unknown) when it raises it.
+  static func raisePosition(
+    _ db: Database, table: String, gid: String, to position: Int64, deleted: Bool, base: StoredBase? = nil
+  ) throws {
     try db.cachedStatement(sql: """
       UPDATE \(rowTable) SET pos = max(pos, ?1),
         former_rowid = CASE WHEN ?2 THEN coalesce(local_rowid, former_rowid) ELSE former_rowid END,
-        local_rowid = CASE WHEN ?2 THEN NULL ELSE local_rowid END
+        local_rowid = CASE WHEN ?2 THEN NULL ELSE local_rowid END,
+        base = CASE WHEN ?1 >= pos THEN ?5 ELSE base END
       WHERE tbl = ?3 AND gid = ?4
-      """).execute(arguments: [position, deleted, table, gid])
+      """).execute(arguments: [position, deleted, table, gid, encode(base)])
   }
 }
 

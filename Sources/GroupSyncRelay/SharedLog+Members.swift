@@ -7,26 +7,55 @@ extension SharedLog {
   /// comes back is a member again), moves the group's format up if every
   /// member now reads a newer one, and returns the group's format: one
   /// round trip.
+  /// Also announces the merge rules `rules` (``MergeRules/fingerprint``)
+  /// and reads which other members announce other rules
+  /// (``differingRules``).
   @discardableResult
-  func announce(group: String, host: String, version: RelayVersion) throws -> LogFormat {
+  func announce(group: String, host: String, version: RelayVersion, rules: String) throws -> LogFormat {
     let reads = PostgresArray.literal(version.reads.map { String($0.rawValue) })
     let results = try exchange([
       Statement(
         """
-        INSERT INTO gs_peer AS p (grp, host, version, reads) VALUES ($1, $2, $3, $4::smallint[])
+        INSERT INTO gs_peer AS p (grp, host, version, reads, merge_rules) VALUES ($1, $2, $3, $4::smallint[], $5)
         ON CONFLICT (grp, host) DO UPDATE SET version = excluded.version, reads = excluded.reads,
-          announced_at = now(), retired_at = NULL
-        """, [group, host, version.name, reads]),
+          merge_rules = excluded.merge_rules, announced_at = now(), retired_at = NULL
+        """, [group, host, version.name, reads, rules]),
       Statement("SELECT gs_advance_2($1)", [group]),
+      Self.differingRulesStatement(group: group, host: host, rules: rules),
     ])
+    readDifferingRules(results[2])
     return try readGroupFormat(results[1])
   }
 
   /// Moves the group's format up if every member now reads a newer one
-  /// (a member retired, or gone past the window), and returns it.
+  /// (a member retired, or gone past the window), and returns it; reads
+  /// which other members announce merge rules other than `rules`.
   @discardableResult
-  func advanceFormat(group: String) throws -> LogFormat {
-    try readGroupFormat(exchange([Statement("SELECT gs_advance_2($1)", [group])])[0])
+  func advanceFormat(group: String, host: String, rules: String) throws -> LogFormat {
+    let results = try exchange([
+      Statement("SELECT gs_advance_2($1)", [group]), Self.differingRulesStatement(group: group, host: host, rules: rules),
+    ])
+    readDifferingRules(results[1])
+    return try readGroupFormat(results[0])
+  }
+
+  /// The members of `group` besides `host`, not retired, that announced
+  /// within the member window rules other than `rules` (a relay before
+  /// version 3 announces none).
+  private static func differingRulesStatement(group: String, host: String, rules: String) -> Statement {
+    Statement(
+      """
+      SELECT host, merge_rules FROM gs_peer
+      WHERE grp = $1 AND host <> $2 AND retired_at IS NULL AND merge_rules IS NOT NULL AND merge_rules <> $3
+        AND announced_at > now() - interval '\(SharedSchema.memberWindow)'
+      ORDER BY host
+      """, [group, host, rules])
+  }
+
+  private func readDifferingRules(_ rows: [[String?]]) {
+    var differing: [String: String] = [:]
+    for row in rows where row.count == 2 { differing[row[0] ?? "?"] = row[1] ?? "" }
+    differingRules = differing
   }
 
   private func readGroupFormat(_ rows: [[String?]]) throws -> LogFormat {

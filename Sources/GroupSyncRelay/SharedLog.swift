@@ -51,6 +51,9 @@ final class SharedLog {
   /// The group's log format as this session last read it (when it
   /// announced itself, and with every shipment's answer).
   var groupFormat = LogFormat.v1
+  /// The other members that announce merge rules other than this relay's,
+  /// by host, as last read (``announce(group:host:version:rules:)``).
+  var differingRules: [String: String] = [:]
 
   /// Statements of this host's own bookkeeping (its applied places) that
   /// wait to ride on the next round trip, by replica, and since when the

@@ -17,10 +17,11 @@ import Foundation
 /// `gs_conflict.format`, `gs_row.format` computed from the image), the
 /// members' announcements (`gs_peer`), the group's format (`gs_group`),
 /// holds (`gs_host.held_at`), `gs_member` (made here too, empty unless the
-/// set-up fills it), `gs_ship_2` and `gs_advance_2`.
+/// set-up fills it), `gs_ship_2` and `gs_advance_2`. Version 3: the merge
+/// rules each member announces (`gs_peer.merge_rules`), which must agree.
 enum SharedSchema {
   /// The version this build makes and needs.
-  static let version = 2
+  static let version = 3
   /// The oldest relay schema the objects of ``version`` still serve:
   /// version 1's relays go on with `gs_ship`, kept as it was.
   static let servesFrom = 1
@@ -35,7 +36,7 @@ enum SharedSchema {
 
   /// Every version's statements, in order: the one transaction that
   /// makes or migrates the server's objects.
-  static var statements: [String] { version1 + version2 }
+  static var statements: [String] { version1 + version2 + version3 + [recordVersion] }
 
   /// The relay's tables, as `to_regclass` names them.
   static let tableNames = [
@@ -200,12 +201,22 @@ enum SharedSchema {
       EXECUTE format('ALTER FUNCTION gs_advance_2(text) SET search_path = %I, pg_temp', current_schema());
     END $do$
     """,
-    """
+  ]
+
+  // MARK: Version 3: merge rules
+
+  static let version3 = [
+    // The rules the member's relay settles conflicts by
+    // (``MergeRules/fingerprint``; NULL: a relay before version 3).
+    "ALTER TABLE gs_peer ADD COLUMN IF NOT EXISTS merge_rules text",
+  ]
+
+  /// Records the version made, last (never down).
+  static let recordVersion = """
     INSERT INTO gs_schema AS s (version, serves_from, serves_from_relay) VALUES (\(version), \(servesFrom), '\(servesFromRelay)')
     ON CONFLICT (id) DO UPDATE SET version = excluded.version, serves_from = excluded.serves_from,
       serves_from_relay = excluded.serves_from_relay WHERE s.version < excluded.version
-    """,
-  ]
+    """
 
   static let ship2Signature =
     "gs_ship_2(text, text, text, bigint, text, bigint, text[], text[], bigint[], text[], text[], "

@@ -19,11 +19,15 @@ struct Shipper {
   struct Plan {
     var through: Int64
     var changeSets: Int
+    /// Every row's whole image (what `gs_row` keeps).
     var tables: [TableImage]
     var unsupported: [RelayError]
     var notes: [ShippedNote] = []
     /// What the shipment could not say exactly (told as errors).
     var warnings: [String] = []
+    /// The values each updated row was made on (its image at its base), by
+    /// table and global ID, where this host knows them.
+    var bases: [RowKey: RowIdentityMap.StoredBase] = [:]
   }
 
   /// What one call of ``ship(_:)`` did.
@@ -111,6 +115,7 @@ struct Shipper {
           let entry = whole ? mapped.removeValue(forKey: rowID) : try RowIdentityMap.entry(db, table: table, rowID: rowID)
           if let entry {
             images.append(RowImage(gid: entry.gid, rowID: rowID, base: entry.position, values: values, lost: nil))
+            if entry.position > 0, let base = entry.base { plan.bases[RowKey(table: table, gid: entry.gid)] = base }
           } else if let values {
             let gid = UUID().uuidString.lowercased()
             assigned[table, default: [:]][rowID] = gid
@@ -201,8 +206,10 @@ struct Shipper {
     // A stall asked for (a frozen host, in a test) is one between the
     // settled path's two round trips.
     if !context.failpoints.stallsNextShipment(carriesRows: !plan.tables.isEmpty) {
-      let entry = LogEntry(tables: plan.tables, conflicts: [], notes: plan.notes.isEmpty ? nil : plan.notes)
       let format = context.writeFormat
+      let entry = LogEntry(
+        tables: plan.tables.map { shipped($0, plan: plan, format: format) }, conflicts: [],
+        notes: plan.notes.isEmpty ? nil : plan.notes)
       let winners = try plan.tables.flatMap { table in
         let columns = try Self.json(table.columns)
         return try table.rows.map { image in
@@ -238,7 +245,7 @@ struct Shipper {
       var entry = LogEntry(tables: [], conflicts: [], notes: plan.notes.isEmpty ? nil : plan.notes)
       var winners: [SharedLog.Winner] = []
       for table in plan.tables {
-        let resolved = try settle(table, current: current, conflicts: &entry.conflicts, winners: &winners)
+        let resolved = try settle(table, plan: plan, current: current, conflicts: &entry.conflicts, winners: &winners)
         if !resolved.rows.isEmpty { entry.tables.append(resolved) }
       }
       let format = context.writeFormat
@@ -267,17 +274,38 @@ struct Shipper {
   }
 
   /// A row of `gs_row`, by table and global ID.
-  private struct RowKey: Hashable {
+  struct RowKey: Hashable {
     let table: String
     let gid: String
+  }
+
+  /// `table` as the entry's body carries it in `format`: from format 2 on,
+  /// an update of a row whose base this host knows lists only the columns
+  /// it changed since (a table shipped whole lists every row whole).
+  private func shipped(_ table: TableImage, plan: Plan, format: LogFormat) -> TableImage {
+    guard format.mergesByProperty, !table.isSnapshot else { return table }
+    var shipped = table
+    for index in shipped.rows.indices {
+      let image = shipped.rows[index]
+      guard image.base > 0, image.values != nil,
+        let base = plan.bases[RowKey(table: table.name, gid: image.gid)]?.values
+      else { continue }
+      shipped.rows[index] = image.changes(from: base, columns: table.columns)
+    }
+    return shipped
   }
 
   /// Settles one table's images against the rows' current images in
   /// `gs_row` (locked), collects the winners to record there, and returns
   /// the images every host is to apply. Conflicts get the entry's position
   /// once the server has assigned it.
+  ///
+  /// A row that moved on in the log since the image this host wrote on is
+  /// merged with it by property (log format 2, ``PropertyMerge``), or, in
+  /// format 1, settled whole by the policy. The settled row ships whole; the
+  /// origin applies it too where it differs from what it wrote (`lost`).
   private func settle(
-    _ table: TableImage, current: [RowKey: SharedLog.CurrentRow], conflicts: inout [ConflictRecord],
+    _ table: TableImage, plan: Plan, current: [RowKey: SharedLog.CurrentRow], conflicts: inout [ConflictRecord],
     winners: inout [SharedLog.Winner]
   ) throws -> TableImage {
     let context = self.context
@@ -286,11 +314,14 @@ struct Shipper {
     var resolved = table
     resolved.rows = []
     for image in table.rows {
-      let data = try image.values.map { try StoredImage.encode($0, format: format) }
-      guard let now = current[RowKey(table: table.name, gid: image.gid)], now.position > image.base else {
-        resolved.rows.append(image)
+      let key = RowKey(table: table.name, gid: image.gid)
+      guard let now = current[key], now.position > image.base else {
+        let body = shipped(TableImage(name: table.name, columns: table.columns, isSnapshot: table.isSnapshot, rows: [image]), plan: plan, format: format)
+        resolved.rows.append(body.rows[0])
         winners.append(
-          SharedLog.Winner(table: table.name, gid: image.gid, base: image.base, columns: columnsJSON, data: data))
+          SharedLog.Winner(
+            table: table.name, gid: image.gid, base: image.base, columns: columnsJSON,
+            data: try image.values.map { try StoredImage.encode($0, format: format) }))
         continue
       }
       // The row moved on in the log since the image this host wrote on.
@@ -313,25 +344,36 @@ struct Shipper {
           RowImage(gid: image.gid, rowID: image.rowID, base: now.position, values: theirs, lost: true))
         continue
       }
-      var record = ConflictRecord(
-        store: context.storeName, table: table.name, gid: image.gid, sequence: 0, columns: table.columns,
-        winnerHost: context.host, winnerValues: image.values, loserHost: now.host, loserValues: theirs,
-        rule: context.policy.rawValue)
-      switch context.policy {
-      case .lastWriterWins:
-        resolved.rows.append(image)
-        winners.append(
-          SharedLog.Winner(table: table.name, gid: image.gid, base: image.base, columns: columnsJSON, data: data))
-      case .firstWriterWins:
-        record.winnerHost = now.host
-        record.winnerValues = theirs
-        record.loserHost = context.host
-        record.loserValues = image.values
-        // Every host, this one too, applies the winner's values.
-        resolved.rows.append(
-          RowImage(gid: image.gid, rowID: image.rowID, base: now.position, values: theirs, lost: true))
+      let merge = PropertyMerge(
+        store: context.storeName, table: table.name, gid: image.gid, columns: table.columns, ourHost: context.host,
+        theirHost: now.host, rules: context.merge)
+      var result: PropertyMerge.Result
+      if format.mergesByProperty {
+        result = merge.merge(base: plan.bases[key]?.values, ours: image.values, theirs: theirs)
+        if let merged = result.values, merged != image.values, merged != theirs,
+          let refusal = try MergeCheck.refusal(merged, columns: table.columns, table: table.name, context: context)
+        {
+          result = merge.wholeRow(
+            ours: image.values, theirs: theirs, reason: "the merged row breaks a constraint of \(table.name): \(refusal)")
+        }
+      } else {
+        // Format 1: relays that do not merge by property read the log.
+        result = merge.wholeRow(ours: image.values, theirs: theirs, reason: nil)
       }
-      conflicts.append(record)
+      conflicts += result.conflicts
+      // Every host applies the settled row, this one where it differs from
+      // what it wrote; the log's current image changes unless it stays.
+      let ours = result.values == image.values
+      resolved.rows.append(
+        RowImage(
+          gid: image.gid, rowID: image.rowID, base: ours ? image.base : now.position, values: result.values,
+          lost: ours ? nil : true))
+      if result.values != theirs {
+        winners.append(
+          SharedLog.Winner(
+            table: table.name, gid: image.gid, base: image.base, columns: columnsJSON,
+            data: try result.values.map { try StoredImage.encode($0, format: format) }))
+      }
     }
     return resolved
   }
@@ -403,8 +445,8 @@ struct Shipper {
     for table in entry.tables {
       let shape = try TableShape.read(db, table: table.name, store: "")
       for row in table.rows {
-        if let rowID = row.rowID, row.values != nil,
-          try RowIdentityMap.entry(db, table: table.name, gid: row.gid) == nil,
+        let known = try RowIdentityMap.entry(db, table: table.name, gid: row.gid)
+        if let rowID = row.rowID, row.values != nil, known == nil,
           try RowIdentityMap.entry(db, table: table.name, rowID: rowID) == nil
         {
           try RowIdentityMap.set(.init(gid: row.gid, rowID: rowID, position: 0), db, table: table.name)
@@ -414,7 +456,16 @@ struct Shipper {
         if row.values == nil, let rowID = row.rowID {
           deleted = try shape?.values(db, rowID: rowID) == nil
         }
-        try RowIdentityMap.raisePosition(db, table: table.name, gid: row.gid, to: position, deleted: deleted)
+        // The values the log now holds for the row: the next update's base.
+        let base = row.values.map { values -> RowIdentityMap.StoredBase in
+          let (columns, values) = (row.assignments(table.columns).columns, values)
+          guard row.isPartial else { return RowIdentityMap.StoredBase(values, columns: columns) }
+          var merged = known?.base?.values ?? [:]
+          for (column, value) in zip(columns, values) { merged[column.lowercased()] = value }
+          return RowIdentityMap.StoredBase(merged)
+        }
+        try RowIdentityMap.raisePosition(
+          db, table: table.name, gid: row.gid, to: position, deleted: deleted, base: base)
       }
     }
   }

@@ -55,8 +55,21 @@ struct RelayCommand: ParsableCommand {
   @Option(name: .long, help: "The group's name in PostgreSQL (default: the folder's name).")
   var group: String?
 
-  @Option(name: .long, help: "last-writer-wins or first-writer-wins.")
-  var policy: String = ConflictPolicy.lastWriterWins.rawValue
+  @Option(
+    name: .long,
+    help: ArgumentHelp(
+      "How concurrent writes are settled (repeatable): POLICY for the group, TABLE=POLICY, TABLE.COLUMN=POLICY; "
+        + "POLICY is object-trump (the later write's values win; the default) or store-trump (the earlier's), "
+        + "also named last-writer-wins and first-writer-wins. The same on every host.",
+      valueName: "rule"))
+  var policy: [String] = []
+
+  @Option(
+    name: .long,
+    help: ArgumentHelp(
+      "A table whose concurrent writes are settled whole rows, not column by column (repeatable).",
+      valueName: "table"))
+  var wholeRows: [String] = []
 
   @Option(name: .long, help: "Log entries kept per store (older ones purged; default: all).")
   var retention: Int64?
@@ -149,12 +162,14 @@ struct RelayCommand: ParsableCommand {
       }
     }
     if fleet || retire != nil { return try showFleet() }
-    guard let policy = ConflictPolicy(rawValue: policy) else {
-      throw ValidationError("--policy: one of \(ConflictPolicy.allCases.map(\.rawValue).joined(separator: ", "))")
-    }
     var configuration = RelayConfiguration(folder: directory, conninfo: try conninfo(), group: group, host: host)
     if !stores.isEmpty { configuration.stores = stores }
-    configuration.policy = policy
+    do {
+      for rule in policy { try configuration.merge.parse(rule) }
+    } catch let error as RelayError {
+      throw ValidationError(error.description)
+    }
+    for table in wholeRows { configuration.merge.settleWholeRows(table) }
     configuration.retention = retention
     configuration.speaksTestingFormat = testingFormat
     do {

@@ -65,7 +65,7 @@ import Testing
   }
 
   @Test(arguments: [
-    "{\"f\":}", "{\"f\":x}", "{\"f\":12345,\"e\":{}}", "{\"f\":2,\"e\":\"not an entry\"}", "{\"f\":1,\"e\":{}}",
+    "{\"f\":}", "{\"f\":x}", "{\"f\":12345,\"e\":{}}", "{\"f\":3,\"e\":\"not an entry\"}", "{\"f\":1,\"e\":{}}",
   ])
   func aBrokenFormatMarkIsAnInvalidEntry(text: String) throws {
     #expect {
@@ -78,12 +78,14 @@ import Testing
 
   @Test func aRelayWritesTheNewestFormatItSharesWithTheGroup() {
     #expect(RelayVersion.current.writes(groupFormat: .v1) == .v1)
+    #expect(RelayVersion.current.writes(groupFormat: .v2) == .v2)
     #expect(RelayVersion.testing.writes(groupFormat: .v1) == .v1)
+    #expect(RelayVersion.testing.writes(groupFormat: .v2) == .v2)
     #expect(RelayVersion.testing.writes(groupFormat: .testing) == .testing)
     // Rolled back below the group's format: its own newest, which the
     // adjacent version still reads.
-    #expect(RelayVersion.current.writes(groupFormat: .testing) == .v1)
-    #expect(RelayVersion.current.description.contains("reads 1"))
-    #expect(RelayVersion.testing.reads == [.v1, .testing])
+    #expect(RelayVersion.current.writes(groupFormat: .testing) == .v2)
+    #expect(RelayVersion.current.description.contains("reads 1, 2"))
+    #expect(RelayVersion.testing.reads == [.v1, .v2, .testing])
   }
 }

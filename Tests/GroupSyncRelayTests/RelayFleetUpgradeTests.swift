@@ -136,18 +136,21 @@ import Glibc
       try await run(b, .current)
       try await step("b upgraded")
       try await run(c, .current)
-      try await step("c upgraded: every host on this build")
+      // Every member reads format 2 now: the group moves up, and merges by
+      // property from then on.
+      try await waitUntil("the group moves up to format 2") { try RelayFormatTests.groupFormat(server) == 2 }
+      try await step("c upgraded: every host on this build", groupFormat: 2)
       #expect(try server.query(shipSource) == legacyShip)
       // A build that reads a newer format, one host at a time; one rolled
       // back before the group moved up.
       try await run(a, .testingFormat)
-      try await step("a on the next format")
+      try await step("a on the next format", groupFormat: 2)
       try await run(b, .testingFormat)
-      try await step("b on the next format")
+      try await step("b on the next format", groupFormat: 2)
       try await run(b, .current)
-      try await step("b rolled back")
+      try await step("b rolled back", groupFormat: 2)
       try await run(b, .testingFormat)
-      try await step("b on the next format again")
+      try await step("b on the next format again", groupFormat: 2)
       try await run(c, .testingFormat)
       // The last member upgraded: the group moves up by itself, and the
       // relays write the new format.

@@ -84,14 +84,14 @@ import Glibc
       try await waitUntil("b's status shows the hold") { b.relayStatus()?.stores.first?.heldAt != nil }
       let status = try #require(b.relayStatus())
       #expect(status.stores.first?.heldAt == Int64(position) && status.stores.first?.heldFormat == LogFormat.testing.rawValue)
-      #expect(status.relayVersion == RelayVersion.current.name && status.formatsRead == [1], "\(status)")
+      #expect(status.relayVersion == RelayVersion.current.name && status.formatsRead == RelayVersion.current.reads.map(\.rawValue), "\(status)")
       #expect(status.stores.first?.applied == Int64(position - 1) && (status.stores.first?.unshipped ?? 0) > 0, "\(status)")
       #expect(try b.rows("SELECT title FROM note WHERE title IN ('while-held', 'later-5')").isEmpty)
       let kept = try server.query("SELECT min(seq), max(seq) FROM gs_change WHERE grp = 'app'").first ?? []
       #expect(Int(kept[0] ?? "") ?? .max <= position, "the held entry \(position) was purged: \(kept)")
       #expect(try server.query("SELECT held_at FROM gs_host WHERE grp = 'app' AND host = 'b'") == [[String(position)]])
       let shown = try await Executables.groupsync(["status", b.folder])
-      #expect(shown.contains("HOLDS at entry \(position)") && shown.contains("version 2,"), "\(shown)")
+      #expect(shown.contains("HOLDS at entry \(position)") && shown.contains("version \(RelayVersion.current.name),"), "\(shown)")
       try await waitUntil("b's metric shows the hold") {
         let text = (try? String(contentsOfFile: root.path + "/b.prom", encoding: .utf8)) ?? ""
         return text.split(separator: "\n").contains {
@@ -126,18 +126,22 @@ import Glibc
       try await a.startRelay()
       try await a.exec(["INSERT INTO note(title, body) VALUES ('one', 'x')"])
       try await waitForConvergence([a, b], server: server)
-      // b reads format 1 only: the group stays there, and so do a's entries.
-      #expect(try Self.groupFormat(server) == 1)
-      #expect(try server.query("SELECT DISTINCT format FROM gs_change WHERE grp = 'app'") == [["1"]])
-      #expect(a.events("format").allSatisfy { $0["group"] as? Int == 1 && $0["writing"] as? Int == 1 })
+      // b reads up to this build's newest format only: the group stays
+      // there, and so do a's entries.
+      let newest = LogFormat.newest.rawValue
+      #expect(try Self.groupFormat(server) == newest)
+      #expect(try server.query("SELECT DISTINCT format FROM gs_change WHERE grp = 'app'") == [[String(newest)]])
+      #expect(a.events("format").allSatisfy { $0["group"] as? Int == newest && $0["writing"] as? Int == newest })
 
       // b is gone for good: the administrator looks, and retires it.
       try await b.stopRelay()
       let postgres = ["--postgres", server.conninfo]
       let fleet = try await Executables.groupsync(["relay", "--fleet", "--group", "app"] + postgres)
-      #expect(fleet.hasPrefix("group app: log format 1\n"), "\(fleet)")
-      #expect(fleet.contains("a     2+testing  1,\(LogFormat.testing.rawValue)"), "\(fleet)")
-      #expect(fleet.contains("b     2          1 "), "\(fleet)")
+      #expect(fleet.hasPrefix("group app: log format \(newest)\n"), "\(fleet)")
+      let reads = RelayVersion.current.reads.map { String($0.rawValue) }.joined(separator: ",")
+      let name = RelayVersion.current.name
+      #expect(fleet.contains("a     \(name)+testing  \(reads),\(LogFormat.testing.rawValue)"), "\(fleet)")
+      #expect(fleet.contains("b     \(name)          \(reads) "), "\(fleet)")
       let unknown = try await Executables.onThread {
         try ChildProcess(executable: Executables.groupsync, arguments: ["relay", "--retire", "zz", "--group", "app"] + postgres)
           .finish(timeout: 60)
@@ -169,7 +173,7 @@ import Glibc
     try await PostgresServer.with { server in
       let log = SharedLog(try PostgresConnection(conninfo: server.conninfo))
       try log.prepareAccess(group: "w", host: "x")
-      func advance(_ group: String) throws -> Int { try log.advanceFormat(group: group).rawValue }
+      func advance(_ group: String) throws -> Int { try log.advanceFormat(group: group, host: "x", rules: MergeRules().fingerprint).rawValue }
       let next = String(LogFormat.testing.rawValue)
       // Group w, without gs_member rows: x reads both; y announced nothing
       // but applied recently (a relay from before versions).
@@ -211,9 +215,9 @@ import Glibc
       let before = try server.query(shipSource)
       let log = SharedLog(try PostgresConnection(conninfo: server.conninfo))
       let old = try log.inspectAccess()
-      #expect(old.schema == nil && !old.isCurrent && old.problem.contains("server schema 1, this relay needs 2"), "\(old)")
+      #expect(old.schema == nil && !old.isCurrent && old.problem.contains("server schema 1, this relay needs \(SharedSchema.version)"), "\(old)")
       try log.prepareAccess(group: "app", host: "a")
-      #expect(try server.query("SELECT version, serves_from, serves_from_relay FROM gs_schema") == [["2", "1", "1"]])
+      #expect(try server.query("SELECT version, serves_from, serves_from_relay FROM gs_schema") == [[String(SharedSchema.version), "1", "1"]])
       #expect(try server.query(shipSource) == before, "gs_ship, which relays of version 1 use, was replaced")
       #expect(try log.inspectAccess().isCurrent)
       for (table, column) in [("gs_change", "format"), ("gs_row", "format"), ("gs_conflict", "format"), ("gs_host", "held_at")] {
@@ -234,17 +238,20 @@ import Glibc
           == [["g1", "1"], ["g2", String(LogFormat.testing.rawValue)], ["g3", "1"]])
 
       // A newer server that still serves this relay's schema: used as is.
-      _ = try server.query("UPDATE gs_schema SET version = 3, serves_from = 2, serves_from_relay = '3'")
+      let (newer, next) = (SharedSchema.version + 1, RelayVersion.current.name + "+1")
+      _ = try server.query(
+        "UPDATE gs_schema SET version = \(newer), serves_from = \(SharedSchema.version), serves_from_relay = '\(next)'")
       try log.prepareAccess(group: "app", host: "a")
-      #expect(try server.query("SELECT version FROM gs_schema") == [["3"]])
+      #expect(try server.query("SELECT version FROM gs_schema") == [[String(newer)]])
       // One that no longer does: the relay stops, naming what it needs.
-      _ = try server.query("UPDATE gs_schema SET serves_from = 3")
-      #expect(throws: RelayError.serverSchemaTooNew(server: 3, servesFrom: 3, needsRelay: "3")) {
+      _ = try server.query("UPDATE gs_schema SET serves_from = \(newer)")
+      let tooNew = RelayError.serverSchemaTooNew(server: newer, servesFrom: newer, needsRelay: next)
+      #expect(throws: tooNew) {
         try log.prepareAccess(group: "app", host: "a")
       }
-      #expect(RelayError.serverSchemaTooNew(server: 3, servesFrom: 3, needsRelay: "3").needsAdministrator)
-      #expect(RelayError.serverSchemaTooNew(server: 3, servesFrom: 3, needsRelay: "3").description.contains("relay 3 or later"))
-      #expect(try server.query("SELECT version, serves_from FROM gs_schema") == [["3", "3"]])
+      #expect(tooNew.needsAdministrator)
+      #expect(tooNew.description.contains("relay \(next) or later"))
+      #expect(try server.query("SELECT version, serves_from FROM gs_schema") == [[String(newer), String(newer)]])
     }
   }
 

@@ -126,7 +126,7 @@ struct RelayMetricsTests {
         let group = try GroupFolder(path: host.folder, create: false)
         let metrics = TestMetrics()
         let context = try ReplicaContext(
-          store: group.store, storeName: "main", group: "app", host: name, policy: .lastWriterWins,
+          store: group.store, storeName: "main", group: "app", host: name, merge: MergeRules(policy: .objectTrump),
           author: "groupsync-relay@" + name, retention: nil, metricsFactory: metrics, emit: { _ in })
         let log = SharedLog(try server.connect())
         try log.createTables()
@@ -262,7 +262,7 @@ extension RelayMetricsTests {
       }
       #expect(Self.sample(text, RelayMetrics.connected, ["group=\"app\"", "host=\"a\""]) == 1)
       #expect(Self.sample(text, RelayMetrics.heldRows, storeOfA + ["reason=\"missing_row\""]) == 0)
-      #expect(Self.sample(text, RelayMetrics.conflicts, storeOfA + ["rule=\"last-writer-wins\""]) == 0)
+      #expect(Self.sample(text, RelayMetrics.conflicts, storeOfA + ["rule=\"object-trump\""]) == 0)
       #expect(Self.sample(text, RelayMetrics.shipDuration + "_count", storeOfA) == Double(shippedByA))
       var info = stat()
       #expect(stat(a.metricsFile!, &info) == 0 && info.st_mode & 0o777 == 0o644)

@@ -31,7 +31,7 @@ import Testing
         let host = try await GroupHost(name, root: root.path, server: server)
         let group = try GroupFolder(path: host.folder, create: false)
         let context = try ReplicaContext(
-          store: group.store, storeName: "main", group: "app", host: name, policy: .lastWriterWins,
+          store: group.store, storeName: "main", group: "app", host: name, merge: MergeRules(policy: .objectTrump),
           author: "groupsync-relay@" + name, retention: nil, emit: { _ in })
         let log = SharedLog(try server.connect())
         try log.createTables()

@@ -89,10 +89,13 @@ struct RelayTests {
       let winner = policy == "last-writer-wins" ? "from b" : "from a"
       #expect(content.values.map { $0[1] } == ["\"\(winner)\""])
       // Every host reports the conflict, with both values and the winner.
+      // The policy's name since log format 2 (the old one is an alias).
+      let rule = ConflictPolicy(rawValue: policy)?.rawValue
       for host in [a, b] {
         try await waitUntil("\(host.name) reports the conflict") { !host.events("conflict").isEmpty }
         let conflict = host.events("conflict")[0]
-        #expect(conflict["rule"] as? String == policy)
+        #expect(conflict["rule"] as? String == rule)
+        #expect(conflict["columns"] as? [String] == ["body"], "only the column both wrote")
         #expect(conflict["winnerHost"] as? String == (policy == "last-writer-wins" ? "b" : "a"))
         #expect(conflict["loserHost"] as? String == (policy == "last-writer-wins" ? "a" : "b"))
         let loser = (conflict["loserValues"] as? [Any])?.description ?? ""
@@ -100,7 +103,7 @@ struct RelayTests {
       }
       let recorded = try server.query("SELECT rule, winner_host, loser_host FROM gs_conflict")
       #expect(recorded.count == 1)
-      #expect(recorded.first?[0] == policy)
+      #expect(recorded.first?[0] == rule)
     }
   }
 }
@@ -124,7 +127,7 @@ extension RelayTests {
       // B applies the log before it ships: its row is held.
       let group = try GroupFolder(path: b.folder, create: false)
       let context = try ReplicaContext(
-        store: group.store, storeName: "main", group: "app", host: "b", policy: .lastWriterWins,
+        store: group.store, storeName: "main", group: "app", host: "b", merge: MergeRules(policy: .objectTrump),
         author: "groupsync-relay@b", retention: nil, emit: { _ in })
       let log = SharedLog(try server.connect())
       while try Applier(context: context).apply(log) {}
@@ -144,8 +147,11 @@ extension RelayTests {
           break
         }
       }
+      // Only the column both wrote is in conflict, with both values and the
+      // value both wrote on.
       #expect(conflict?.winnerHost == "b" && conflict?.loserHost == "a")
-      #expect(conflict?.winnerValues?[1] == .text("local b") && conflict?.loserValues?[1] == .text("remote a"))
+      #expect(conflict?.columns == ["body"] && conflict?.base == [.text("v0")])
+      #expect(conflict?.winnerValues == [.text("local b")] && conflict?.loserValues == [.text("remote a")])
       try await waitUntil("b's status") {
         let status = relay.status()
         return status.isConnected && status.stores.first?.unshipped == 0 && status.stores.first?.lagChangeSets == 0
@@ -187,7 +193,7 @@ extension RelayTests {
       relayOptions.author = "groupsync-relay@b"
       let group = try GroupFolder(path: b.folder, create: false, options: relayOptions)
       let context = try ReplicaContext(
-        store: group.store, storeName: "main", group: "app", host: "b", policy: .lastWriterWins,
+        store: group.store, storeName: "main", group: "app", host: "b", merge: MergeRules(policy: .objectTrump),
         author: "groupsync-relay@b", retention: nil, emit: { _ in })
       let log = SharedLog(try server.connect())
       while try Applier(context: context).apply(log) {}

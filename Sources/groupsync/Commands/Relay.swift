@@ -13,7 +13,7 @@ struct RelayCommand: ParsableCommand {
     abstract: "Connect the group folder to other hosts through PostgreSQL (runs groupsync-relay).",
     discussion: """
       groupsync relay DIR [--postgres CONNINFO | --postgres-file FILE] [--store NAME]... [--host NAME]
-        [--group NAME] [--policy last-writer-wins|first-writer-wins] [--retention N]
+        [--group NAME] [--policy [TABLE[.COLUMN]=]object-trump|store-trump]... [--whole-rows TABLE]... [--retention N]
         [--poll-interval SECONDS] [--dead-link-timeout SECONDS]
       Without --postgres or --postgres-file, libpq's PG* environment says where to connect.
       A password never goes on the command line (--postgres with one is refused): put it in

@@ -71,6 +71,10 @@ final class GroupHost: @unchecked Sendable {
   let name: String
   let folder: String
   var policy = "last-writer-wins"
+  /// More `--policy` rules (`TABLE=POLICY`, `TABLE.COLUMN=POLICY`) and
+  /// `--whole-rows` tables (this build's relay only).
+  var rules: [String] = []
+  var wholeRows: [String] = []
   var retention: Int64?
   /// Where the relay writes its metrics (`--metrics-file`), and how often
   /// (`--metrics-interval`, seconds).
@@ -126,6 +130,8 @@ final class GroupHost: @unchecked Sendable {
   func startRelay(environment extra: [String: String] = [:], waitConnected: Bool = true) async throws {
     var arguments = [folder] + (postgresArguments ?? ["--postgres", conninfo])
     arguments += ["--host", name, "--policy", policy, "--poll-interval", "0.2"] + build.arguments
+    for rule in rules { arguments += ["--policy", rule] }
+    for table in wholeRows { arguments += ["--whole-rows", table] }
     if let retention { arguments += ["--retention", String(retention)] }
     if let deadLinkTimeout { arguments += ["--dead-link-timeout", String(deadLinkTimeout.inSeconds)] }
     for reference in references { arguments += ["--reference", reference] }
