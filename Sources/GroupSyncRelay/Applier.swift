@@ -301,7 +301,8 @@ struct Applier {
             + "the entry waits until the schemas agree")
       }
       if image.isPartial {
-        return try holdChanges(image, table: name, columns: columns, position: position, pass: pass, db)
+        return try holdChanges(
+          image, table: name, why: "the table is not here yet", columns: columns, position: position, pass: pass, db)
       }
       let reason = "table \(name) does not exist here yet (added on another host): applied once it does"
       return try hold(
@@ -442,7 +443,10 @@ struct Applier {
     // host has it, which must be here.
     let localValues = try mapping?.rowID.flatMap { try shape.values(db, rowID: $0, columns: columns) }
     if image.isPartial, image.values != nil, localValues == nil {
-      return try holdChanges(image, table: table, columns: columns, position: position, pass: pass, db)
+      let why = mapping.map { mapping in
+        mapping.rowID.map { "its rowid \($0) here is empty" } ?? "it was deleted here (at entry \(mapping.position))"
+      } ?? "it never came here"
+      return try holdChanges(image, table: table, why: why, columns: columns, position: position, pass: pass, db)
     }
     // The values of the image as the log has them, for the next update's
     // changed columns.
@@ -501,14 +505,14 @@ struct Applier {
   /// current images (the log holds the whole row; a host in step never
   /// gets here).
   private func holdChanges(
-    _ image: RowImage, table: String, columns: [String], position: Int64, pass: Pass, _ db: Database
+    _ image: RowImage, table: String, why: String, columns: [String], position: Int64, pass: Pass, _ db: Database
   ) throws -> Outcome {
     if try HeldRows.mergeChanges(image, table: table, columns: columns, position: position, db) {
       pass.mayHold = true
       return .held
     }
     context.resyncReason = context.resyncReason
-      ?? "entry \(position) changes columns of row \(image.gid) of \(table), which this host does not have"
+      ?? "entry \(position) changes columns of row \(image.gid) of \(table), which this host does not have (\(why))"
     return .unchanged
   }
 

@@ -58,8 +58,8 @@ struct Shipper {
       // A relay killed after COMMIT: catch up from the log (Relay does it
       // on every connect), then ship what is left.
       return .recover(.alreadyShipped(store: context.storeName, through: shipped))
-    case .shipped(let position, let entry):
-      try recordShipped(plan: plan, position: position, entry: entry)
+    case .shipped(let position, let entry, let caughtUp):
+      try recordShipped(plan: plan, position: position, entry: entry, caughtUp: caughtUp)
       if context.place.applied == position { log.recordApplied(context.replica, through: position) }
       ReplicaMetrics.record(context.metrics.shipDuration, since: start)
       return .shipped
@@ -179,7 +179,9 @@ struct Shipper {
 
   enum Outcome {
     /// Shipped as entry `position` with these resolved images.
-    case shipped(position: Int64, entry: LogEntry)
+    /// Rows it left out, the log holding the same values already, are
+    /// `caughtUp`.
+    case shipped(position: Int64, entry: LogEntry, caughtUp: [CaughtUp])
     /// PostgreSQL already had it (shipped by a relay killed before it
     /// could record so here): its place is `shipped`.
     case alreadyShipped(shipped: Int64)
@@ -222,7 +224,7 @@ struct Shipper {
         through: plan.through, body: try entry.encoded(format: format), format: format,
         retention: context.retention, winners: winners, conflicts: [])
       switch try log.ship(context.replica, shipment, settled: false) {
-      case .shipped(let position): return .shipped(position: position, entry: entry)
+      case .shipped(let position): return .shipped(position: position, entry: entry, caughtUp: [])
       case .alreadyShipped(let through): return .alreadyShipped(shipped: through)
       case .rowsMoved: break
       }
@@ -244,8 +246,10 @@ struct Shipper {
       for row in opening.rows { current[RowKey(table: row.table, gid: row.gid)] = row }
       var entry = LogEntry(tables: [], conflicts: [], notes: plan.notes.isEmpty ? nil : plan.notes)
       var winners: [SharedLog.Winner] = []
+      var caughtUp: [CaughtUp] = []
       for table in plan.tables {
-        let resolved = try settle(table, plan: plan, current: current, conflicts: &entry.conflicts, winners: &winners)
+        let resolved = try settle(
+          table, plan: plan, current: current, conflicts: &entry.conflicts, winners: &winners, caughtUp: &caughtUp)
         if !resolved.rows.isEmpty { entry.tables.append(resolved) }
       }
       let format = context.writeFormat
@@ -261,7 +265,7 @@ struct Shipper {
         throw RelayError.invalidEntry(store: context.storeName, sequence: 0, reason: "a settled shipment was refused")
       }
       for index in entry.conflicts.indices { entry.conflicts[index].sequence = position }
-      return .shipped(position: position, entry: entry)
+      return .shipped(position: position, entry: entry, caughtUp: caughtUp)
     } catch {
       log.rollBackQuietly()
       throw error
@@ -271,6 +275,16 @@ struct Shipper {
   /// `value` as JSON text.
   private static func json(_ value: some Encodable) throws -> String {
     String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
+  }
+
+  /// A row a shipment left out because the log held the same values: its
+  /// position and values there.
+  struct CaughtUp {
+    let table: String
+    let gid: String
+    let position: Int64
+    let values: [RowValue]?
+    let columns: [String]
   }
 
   /// A row of `gs_row`, by table and global ID.
@@ -306,7 +320,7 @@ struct Shipper {
   /// origin applies it too where it differs from what it wrote (`lost`).
   private func settle(
     _ table: TableImage, plan: Plan, current: [RowKey: SharedLog.CurrentRow], conflicts: inout [ConflictRecord],
-    winners: inout [SharedLog.Winner]
+    winners: inout [SharedLog.Winner], caughtUp: inout [CaughtUp]
   ) throws -> TableImage {
     let context = self.context
     let columnsJSON = try Self.json(table.columns)
@@ -333,7 +347,12 @@ struct Shipper {
           columns: now.columns, as: table.columns, else: image.values)
       }
       if theirs == image.values && now.columns == columnsJSON {
-        // The same values: no conflict, and nothing to change.
+        // The same values: no conflict, and nothing to ship. This host
+        // holds the log's image of the row as of its position, so that no
+        // older entry is applied over it (a partial one to a row both
+        // deleted, say).
+        caughtUp.append(
+          CaughtUp(table: table.name, gid: image.gid, position: now.position, values: theirs, columns: table.columns))
         continue
       }
       if table.isSnapshot {
@@ -386,13 +405,23 @@ struct Shipper {
   /// conflict, no row taken back: every image as this host wrote it) has
   /// nothing to apply here, so it counts as applied in the same
   /// transaction; the applier then skips it.
-  private func recordShipped(plan: Plan, position: Int64, entry: LogEntry) throws {
+  private func recordShipped(plan: Plan, position: Int64, entry: LogEntry, caughtUp: [CaughtUp]) throws {
     let context = self.context
     let origin = EntryOrigin(host: context.host, sequence: plan.through)
     let appliedAsIs = position == context.place.applied + 1 && context.divergence == nil
       && entry.conflicts.isEmpty && entry.tables.allSatisfy { $0.rows.allSatisfy { $0.lost != true } }
     let bookkeeping = try context.store.writeAndReturnChangeSet(author: context.author) { db in
       try Self.recordWinners(entry, position: position, db)
+      for row in caughtUp {
+        // (A row made again here at the same rowid since stays.)
+        var deleted = false
+        if row.values == nil, let rowID = try RowIdentityMap.entry(db, table: row.table, gid: row.gid)?.rowID {
+          deleted = try TableShape.read(db, table: row.table, store: "")?.values(db, rowID: rowID) == nil
+        }
+        try RowIdentityMap.raisePosition(
+          db, table: row.table, gid: row.gid, to: row.position, deleted: deleted,
+          base: row.values.map { RowIdentityMap.StoredBase($0, columns: row.columns) })
+      }
       var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
       place.shipped = max(place.shipped, plan.through)
       place.lastShipment = plan.through

@@ -1,5 +1,6 @@
 import Foundation
 import GroupSync
+import GroupSyncProcess
 import GroupSyncTestSupport
 import Testing
 
@@ -154,6 +155,200 @@ import Testing
       let recorded = try server.query("SELECT count(*) FROM gs_conflict WHERE grp = 'app'")
       #expect(recorded == [[String(expected.count)]])
       for relay in relays { relay.relay.stop() }
+    }
+  }
+}
+
+extension RelayMergeTests {
+  /// Stops both hosts' relays, lets each host commit its statements, then
+  /// ships `first`'s before `second`'s (the log's order), and waits until
+  /// the hosts agree.
+  static func concurrently(
+    _ first: (GroupHost, [String]), then second: (GroupHost, [String]), server: PostgresServer
+  ) async throws {
+    try await first.0.stopRelay()
+    try await second.0.stopRelay()
+    try await first.0.exec(first.1)
+    try await second.0.exec(second.1)
+    let shipped = first.0.events("shipped").count
+    try await first.0.startRelay()
+    try await waitUntil("\(first.0.name) shipped") { first.0.events("shipped").count > shipped }
+    try await second.0.startRelay()
+    try await waitForConvergence([first.0, second.0], server: server)
+  }
+
+  /// A merged row that breaks a CHECK across columns (each write alone
+  /// kept it) is settled for the whole row by the policy, reported once,
+  /// never stored half-merged; so is every concurrent write of a table
+  /// that settles whole rows (`--whole-rows`).
+  @Test func aMergedRowTheTableRefusesAndTablesOfWholeRowsAreSettledWhole() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let schema = """
+        CREATE TABLE note(id INTEGER PRIMARY KEY, title TEXT);
+        CREATE TABLE span(id INTEGER PRIMARY KEY, name TEXT, lo INTEGER, hi INTEGER, CHECK (lo <= hi));
+        CREATE TABLE pair(id INTEGER PRIMARY KEY, name TEXT, left TEXT, right TEXT);
+        """
+      let a = try await GroupHost("a", root: root.path, server: server, schema: schema)
+      let b = try await GroupHost("b", root: root.path, server: server, schema: schema)
+      for host in [a, b] {
+        host.policy = "object-trump"
+        host.wholeRows = ["pair"]
+        try await host.startRelay()
+      }
+      try await a.exec([
+        "INSERT INTO span(name, lo, hi) VALUES ('s', 0, 10), ('t', 0, 10)",
+        "INSERT INTO pair(name, left, right) VALUES ('p', 'l0', 'r0')",
+      ])
+      try await waitForConvergence([a, b], server: server)
+      try await Self.concurrently(
+        (a, ["UPDATE span SET lo = 8 WHERE name = 's'", "UPDATE span SET lo = 1 WHERE name = 't'",
+             "UPDATE pair SET left = 'l-a'"]),
+        then: (b, ["UPDATE span SET hi = 5 WHERE name = 's'", "UPDATE span SET hi = 9 WHERE name = 't'",
+                   "UPDATE pair SET right = 'r-b'"]),
+        server: server)
+      // s: lo 8 and hi 5 together break the CHECK: b's row (the later) wins
+      // whole. t: merged. p: a table of whole rows, b's row whole.
+      for host in [a, b] {
+        #expect(try host.rows("SELECT name, lo, hi FROM span") == ["s|0|5", "t|1|9"], "\(host.name)")
+        #expect(try host.rows("SELECT name, left, right FROM pair") == ["p|l0|r-b"], "\(host.name)")
+        try await waitUntil("\(host.name) tells both conflicts") { host.events("conflict").count >= 2 }
+        let conflicts = host.events("conflict")
+        #expect(conflicts.count == 2, "\(conflicts)")
+        let reasons = conflicts.compactMap { $0["reason"] as? String }.sorted()
+        #expect(reasons.count == 2 && reasons[0].hasPrefix("table pair settles whole rows"), "\(reasons)")
+        #expect(reasons.count == 2 && reasons[1].hasPrefix("the merged row breaks a constraint of span: CHECK constraint failed"), "\(reasons)")
+        #expect(conflicts.allSatisfy { $0["winnerHost"] as? String == "b" && ($0["columns"] as? [String])?.count == 3 })
+      }
+      try await a.stopRelay()
+      try await b.stopRelay()
+    }
+  }
+
+  /// Hosts whose merge rules differ ship nothing, say so, and go on once
+  /// they agree; nothing committed meanwhile is lost.
+  @Test func hostsWhoseRulesDifferHoldTheirShipmentsUntilTheyAgree() async throws {
+    try await PostgresServer.with { server in
+      let (root, a, b) = try await GroupHost.twoWithRelays(server)
+      defer { withExtendedLifetime(root) {} }
+      try await a.exec(["INSERT INTO note(title, body) VALUES ('before', 'x')"])
+      try await waitForConvergence([a, b], server: server)
+      try await b.stopRelay()
+      b.rules = ["note.body=store-trump"]
+      try await b.startRelay()
+      try await waitUntil("b says the rules differ") { !b.events("mergeRules").isEmpty }
+      let told = b.events("mergeRules")[0]
+      #expect(told["ours"] as? String == "object-trump; note.body: store-trump", "\(told)")
+      #expect((told["differing"] as? [String: String]) == ["a": "object-trump"], "\(told)")
+      #expect(b.errorOutput.contains("nothing ships until they agree"), "\(b.errorOutput)")
+      // a learns it at its next check of the group, and holds too.
+      try await waitUntil("a says the rules differ", timeout: .seconds(60)) { !a.events("mergeRules").isEmpty }
+      try await b.exec(["INSERT INTO note(title, body) VALUES ('while-b-differs', 'x')"])
+      try await a.exec(["INSERT INTO note(title, body) VALUES ('while-a-differs', 'x')"])
+      // Each relay sees its host's commit and holds it.
+      for host in [a, b] {
+        try await waitUntil("\(host.name) holds its commit") { (host.relayStatus()?.stores.first?.unshipped ?? 0) > 0 }
+      }
+      #expect(try a.rows("SELECT title FROM note WHERE title = 'while-b-differs'").isEmpty)
+      #expect(try b.rows("SELECT title FROM note WHERE title = 'while-a-differs'").isEmpty)
+      // b takes the group's rules again: both ship what waited.
+      try await b.stopRelay()
+      b.rules = []
+      try await b.startRelay()
+      try await waitForConvergence([a, b], server: server, timeout: .seconds(60))
+      #expect(try b.rows("SELECT title FROM note ORDER BY title") == ["before", "while-a-differs", "while-b-differs"])
+      let agreed = a.events("mergeRules").last
+      #expect((agreed?["differing"] as? [String: String]) == [:], "\(String(describing: agreed))")
+      try await a.stopRelay()
+      try await b.stopRelay()
+    }
+  }
+
+  /// Until every relay of the group reads log format 2, concurrent edits
+  /// of different columns are settled for the whole row, as relays before
+  /// it did; once the last one is upgraded, they merge by property.
+  @Test func mergingByPropertyStartsOnceEveryRelayReadsFormatTwo() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let b = try await GroupHost("b", root: root.path, server: server)
+      b.build = .legacy
+      // b first: a group's first member alone would move it up.
+      try await b.startRelay()
+      try await a.startRelay()
+      try await a.exec(["INSERT INTO note(title, body, n) VALUES ('one', 'b0', 0), ('two', 'b0', 0)"])
+      try await waitForConvergence([a, b], server: server)
+      #expect(try RelayFormatTests.groupFormat(server) == 1)
+      // b (the older relay) ships first; a settles at row level.
+      try await Self.concurrently(
+        (b, ["UPDATE note SET body = 'b-body' WHERE title = 'one'"]),
+        then: (a, ["UPDATE note SET n = 1 WHERE title = 'one'"]), server: server)
+      for host in [a, b] { #expect(try host.rows("SELECT body, n FROM note WHERE title = 'one'") == ["b0|1"], "\(host.name)") }
+      #expect(try server.query("SELECT rule FROM gs_conflict") == [["object-trump"]])
+
+      // b upgraded: the group moves to format 2, and the same edits merge.
+      try await b.stopRelay()
+      b.build = .current
+      try await b.startRelay()
+      try await waitUntil("the group moves up") { try RelayFormatTests.groupFormat(server) == 2 }
+      try await waitUntil("a writes format 2") { a.events("format").contains { $0["writing"] as? Int == 2 } }
+      try await Self.concurrently(
+        (b, ["UPDATE note SET body = 'b-body' WHERE title = 'two'"]),
+        then: (a, ["UPDATE note SET n = 1 WHERE title = 'two'"]), server: server)
+      for host in [a, b] { #expect(try host.rows("SELECT body, n FROM note WHERE title = 'two'") == ["b-body|1"], "\(host.name)") }
+      #expect(try server.query("SELECT count(*) FROM gs_conflict") == [["1"]], "no conflict for different columns")
+      #expect(try server.query("SELECT DISTINCT format FROM gs_change WHERE seq > (SELECT min(seq) FROM gs_change WHERE format = 2) ORDER BY 1") == [["2"]])
+      try await a.stopRelay()
+      try await b.stopRelay()
+    }
+  }
+
+  @Test(arguments: [
+    (["--policy", "newest-wins"], "--policy 'newest-wins': not a policy"),
+    (["--policy", "note=loudest"], "--policy 'note=loudest': 'loudest' is not a policy"),
+    (["--policy", "=store-trump"], "--policy '=store-trump': name a table"),
+  ])
+  func badRulesAreRefusedNamingThem(arguments: [String], message: String) async throws {
+    let result = try await Executables.onThread {
+      try ChildProcess(executable: Executables.groupsync, arguments: ["relay", "/tmp/no-folder"] + arguments)
+        .finish(timeout: 60)
+    }
+    #expect(result.status == 64 && result.stderr.contains(message), "\(result.status): \(result.stderr)")
+  }
+}
+
+extension RelayMergeTests {
+  /// A host whose deletion finds the row already deleted in the log ships
+  /// nothing for it, and takes the log's position for it: an update of
+  /// the row earlier in the log (changed columns only) is not applied to a
+  /// row it no longer has, and nothing is re-synchronised.
+  @Test func aDeletionTheLogAlreadyHoldsSkipsTheUpdatesBeforeIt() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      var hosts: [GroupHost] = []
+      for name in ["a", "b", "c"] { hosts.append(try await GroupHost(name, root: root.path, server: server)) }
+      let (a, b, c) = (hosts[0], hosts[1], hosts[2])
+      for host in hosts { try await host.startRelay() }
+      try await c.exec(["INSERT INTO note(title, body) VALUES ('r', 'v0'), ('kept', 'v0')"])
+      try await waitForConvergence(hosts, server: server)
+      for host in hosts { try await host.stopRelay() }
+      try await c.exec(["UPDATE note SET body = 'c' WHERE title = 'r'"])
+      try await b.exec(["DELETE FROM note WHERE title = 'r'"])
+      try await a.exec(["DELETE FROM note WHERE title = 'r'", "UPDATE note SET body = 'a' WHERE title = 'kept'"])
+      // The log's order: c's update, b's deletion (which wins over it), a's.
+      for host in [c, b, a] {
+        let shipped = host.events("shipped").count
+        try await host.startRelay()
+        try await waitUntil("\(host.name) shipped") { host.events("shipped").count > shipped }
+      }
+      try await waitForConvergence(hosts, server: server)
+      for host in hosts {
+        #expect(try host.rows("SELECT title, body FROM note") == ["kept|a"], "\(host.name)")
+        #expect(host.events("resync").isEmpty, "\(host.name): \(host.events("resync"))")
+      }
+      try await waitUntil("a tells b's conflict") { !a.events("conflict").isEmpty }
+      #expect(a.events("conflict").map { $0["reason"] as? String } == ["deleted on b, changed on c"])
+      for host in hosts { try await host.stopRelay() }
     }
   }
 }
