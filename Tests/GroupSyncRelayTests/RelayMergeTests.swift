@@ -352,3 +352,52 @@ extension RelayMergeTests {
     }
   }
 }
+
+extension RelayMergeTests {
+  /// Changed columns of a row a host does not have: they join the image it
+  /// holds for the row (here, of a table it does not have yet), which
+  /// applies whole once it can; for a row it holds nothing of, the store
+  /// re-synchronises from the rows' current images, saying why.
+  @Test func changesToARowNotHereJoinItsHeldImageOrResynchronise() async throws {
+    try await PostgresServer.with { server in
+      let (root, a, b) = try await GroupHost.twoWithRelays(server)
+      defer { withExtendedLifetime(root) {} }
+      try await a.exec(["INSERT INTO note(title, body) VALUES ('r', 'v0')"])
+      try await waitForConvergence([a, b], server: server)
+      let connection = try server.connect()
+      /// Appends an entry of host z, in format 2, with `tables` (JSON).
+      func append(_ tables: String) throws -> Int64 {
+        try connection.transaction {
+          let seq = try connection.execute("UPDATE gs_clock SET seq = seq + 1 WHERE grp = 'app' RETURNING seq")[0][0]!
+          try connection.execute(
+            """
+            INSERT INTO gs_change(grp, store, seq, origin_host, origin_seq, body, format)
+            VALUES ('app', 'main', $1, 'z', $1::bigint, $2, 2)
+            """, [seq, #"{"f":2,"e":{"t":["# + tables + #"],"c":[]}}"#])
+          try connection.execute("SELECT pg_notify('gs_changes', 'app/main:' || $1)", [seq])
+          return Int64(seq)!
+        }
+      }
+      let later = #"{"n":"later","k":["name","v","w"],"s":false,"r":[ROW]}"#
+      let made = try append(later.replacingOccurrences(of: "ROW", with: #"{"g":"L1","b":0,"v":[{"t":"x"},{"i":1},{"i":7}]}"#))
+      _ = try append(later.replacingOccurrences(of: "ROW", with: #"{"g":"L1","b":\#(made),"v":[{"i":2}],"c":[1]}"#))
+      try await waitUntil("b holds the row") { b.relayStatus()?.stores.first?.applied == made + 1 }
+      #expect(b.events("resync").isEmpty)
+      try await b.exec(["CREATE TABLE later(id INTEGER PRIMARY KEY, name TEXT, v INTEGER, w INTEGER)"])
+      try await waitUntil("b applies the held row") { (try? b.rows("SELECT name, v, w FROM later")) == ["x|2|7"] }
+
+      // A row b never heard of.
+      let note = #"{"n":"note","k":["title","body","n","x","b"],"s":false,"r":[{"g":"nowhere","b":1,"v":[{"t":"z"}],"c":[1]}]}"#
+      let stray = try append(note)
+      try await waitUntil("b re-synchronises") { !b.events("resync").isEmpty }
+      let reason = b.events("resync")[0]["reason"] as? String
+      #expect(
+        reason == "entry \(stray) changes columns of row nowhere of note, which this host does not have (it never came here)",
+        "\(String(describing: reason))")
+      #expect(try b.rows("SELECT title, body FROM note") == ["r|v0"])
+      try await waitUntil("b is at the log's head") { b.relayStatus()?.stores.first?.applied == stray }
+      try await a.stopRelay()
+      try await b.stopRelay()
+    }
+  }
+}
