@@ -463,6 +463,15 @@ extension BenchRunner {
           figure: "\(BenchFormat.count(h.throughputChangeSetsPerSecond))/s (\(h.throughputCommits) commits, "
             + "\(h.throughputLogEntries) log entries)",
           met: h.throughputChangeSetsPerSecond >= 10_000))
+      if let merge = h.mergeCost {
+        targets.append(
+          BenchTarget(
+            target: "one-column update merging by property: entry no larger and A → B p50 within +10% of whole rows",
+            figure: "entry \(Int(merge.byPropertyEntryBytes)) bytes vs \(Int(merge.rowLevelEntryBytes)); A → B p50 "
+              + "\(us(merge.byProperty.p50)) vs \(us(merge.rowLevel.p50)) (\(BenchFormat.ratio(merge.latencyRatio)); "
+              + "\(merge.updates) updates each, alternating)",
+            met: merge.byPropertyEntryBytes <= merge.rowLevelEntryBytes && merge.latencyRatio <= 1.10))
+      }
     }
     if let fleet = results.fleet, let point = fleet.points.max(by: { $0.hosts < $1.hosts }) {
       let size = point.hosts == 16 ? "16 hosts" : "\(point.hosts) hosts (16 not measured in this run)"

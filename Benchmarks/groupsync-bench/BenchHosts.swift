@@ -30,6 +30,9 @@ struct BenchHostsResult: Codable {
   /// `item` (translated to the parent's global ID when shipped, back to a
   /// local rowid when applied), measured right after: change sets/s.
   var referenceThroughputChangeSetsPerSecond: Double?
+  /// One-column updates merging by property beside whole rows (log format
+  /// 1), side by side in the same run.
+  var mergeCost: BenchMergeCost?
 }
 
 extension BenchRunner {
@@ -154,6 +157,12 @@ extension BenchRunner {
       throughputLogEntries: plainEntries,
       referenceThroughputChangeSetsPerSecond: Double(commits) / referenceSeconds)
     if let notify, let local { hosts.targetP50 = 2 * (notify.p50 + local.p50) }
+    for child in relays {
+      child.signal(SIGTERM)
+      _ = child.finish(timeout: 30)
+    }
+    relays = []
+    hosts.mergeCost = try mergeCost(conninfo: conninfo, relay: relay)
     results.hosts = hosts
     log(
       "hosts: A → B p50 \(BenchFormat.us(latency.p50)), p99 \(BenchFormat.us(latency.p99)); NOTIFY alone p50 "

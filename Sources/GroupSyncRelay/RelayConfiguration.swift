@@ -55,8 +55,24 @@ public struct RelayConfiguration: Sendable {
   /// it read what it writes once the group moves up.
   public var speaksTestingFormat = false
 
+  /// The newest log format this relay reads, announces and writes (nil:
+  /// this build's newest). A group writes the newest format every member
+  /// reads, so one relay capped at format 1 keeps the whole group at
+  /// format 1: settling whole rows, as relays before format 2 did. Set it
+  /// before the group moves up: a group never moves down, and a relay
+  /// capped below the group's format holds at the first entry it cannot
+  /// read.
+  public var newestFormat: LogFormat?
+
   /// The relay's version and the formats it reads and writes.
-  public var version: RelayVersion { speaksTestingFormat ? .testing : .current }
+  public var version: RelayVersion {
+    var version: RelayVersion = speaksTestingFormat ? .testing : .current
+    if let newestFormat {
+      version.reads = version.reads.filter { $0 <= newestFormat }
+      version.newestWritten = min(version.newestWritten, newestFormat)
+    }
+    return version
+  }
 
   public init(folder: String, conninfo: String, group: String? = nil, host: String? = nil) {
     self.folder = folder

@@ -7,8 +7,9 @@ public enum RelayEvent: Sendable, Equatable, Codable {
   /// The connection is down or could not be made; the relay retries.
   case disconnected(reason: String)
   /// Local change sets up to `localSequence` went to the log as entry
-  /// `position` (`changeSets` of them, `rows` row images).
-  case shipped(store: String, position: Int64, localSequence: Int64, changeSets: Int, rows: Int)
+  /// `position` (`changeSets` of them, `rows` row images, a body of
+  /// `bytes`).
+  case shipped(store: String, position: Int64, localSequence: Int64, changeSets: Int, rows: Int, bytes: Int)
   /// Log entries up to `position` were applied in one local transaction,
   /// which committed as local sequence `localSequence` (nil when no row
   /// changed here).

@@ -58,8 +58,8 @@ struct Shipper {
       // A relay killed after COMMIT: catch up from the log (Relay does it
       // on every connect), then ship what is left.
       return .recover(.alreadyShipped(store: context.storeName, through: shipped))
-    case .shipped(let position, let entry, let caughtUp):
-      try recordShipped(plan: plan, position: position, entry: entry, caughtUp: caughtUp)
+    case .shipped(let position, let entry, let bytes, let caughtUp):
+      try recordShipped(plan: plan, position: position, entry: entry, bytes: bytes, caughtUp: caughtUp)
       if context.place.applied == position { log.recordApplied(context.replica, through: position) }
       ReplicaMetrics.record(context.metrics.shipDuration, since: start)
       return .shipped
@@ -181,7 +181,7 @@ struct Shipper {
     /// Shipped as entry `position` with these resolved images.
     /// Rows it left out, the log holding the same values already, are
     /// `caughtUp`.
-    case shipped(position: Int64, entry: LogEntry, caughtUp: [CaughtUp])
+    case shipped(position: Int64, entry: LogEntry, bytes: Int, caughtUp: [CaughtUp])
     /// PostgreSQL already had it (shipped by a relay killed before it
     /// could record so here): its place is `shipped`.
     case alreadyShipped(shipped: Int64)
@@ -220,11 +220,12 @@ struct Shipper {
             data: try image.values.map { try StoredImage.encode($0, format: format) })
         }
       }
+      let body = try entry.encoded(format: format)
       let shipment = SharedLog.Shipment(
-        through: plan.through, body: try entry.encoded(format: format), format: format,
-        retention: context.retention, winners: winners, conflicts: [])
+        through: plan.through, body: body, format: format, retention: context.retention, winners: winners,
+        conflicts: [])
       switch try log.ship(context.replica, shipment, settled: false) {
-      case .shipped(let position): return .shipped(position: position, entry: entry, caughtUp: [])
+      case .shipped(let position): return .shipped(position: position, entry: entry, bytes: body.utf8.count, caughtUp: [])
       case .alreadyShipped(let through): return .alreadyShipped(shipped: through)
       case .rowsMoved: break
       }
@@ -255,17 +256,18 @@ struct Shipper {
       let format = context.writeFormat
       let conflicts = try entry.conflicts.map { ($0, format.wrap(try Self.json($0), as: "r")) }
       context.failpoints.stallInShipment(stop: context.stop, carriesRows: !plan.tables.isEmpty)
+      let body = try entry.encoded(format: format)
       let shipped = try log.ship(
         context.replica,
         SharedLog.Shipment(
-          through: plan.through, body: try entry.encoded(format: format), format: format,
-          retention: context.retention, winners: winners, conflicts: conflicts),
+          through: plan.through, body: body, format: format, retention: context.retention, winners: winners,
+          conflicts: conflicts),
         settled: true)
       guard case .shipped(let position) = shipped else {
         throw RelayError.invalidEntry(store: context.storeName, sequence: 0, reason: "a settled shipment was refused")
       }
       for index in entry.conflicts.indices { entry.conflicts[index].sequence = position }
-      return .shipped(position: position, entry: entry, caughtUp: caughtUp)
+      return .shipped(position: position, entry: entry, bytes: body.utf8.count, caughtUp: caughtUp)
     } catch {
       log.rollBackQuietly()
       throw error
@@ -405,7 +407,7 @@ struct Shipper {
   /// conflict, no row taken back: every image as this host wrote it) has
   /// nothing to apply here, so it counts as applied in the same
   /// transaction; the applier then skips it.
-  private func recordShipped(plan: Plan, position: Int64, entry: LogEntry, caughtUp: [CaughtUp]) throws {
+  private func recordShipped(plan: Plan, position: Int64, entry: LogEntry, bytes: Int, caughtUp: [CaughtUp]) throws {
     let context = self.context
     let origin = EntryOrigin(host: context.host, sequence: plan.through)
     let appliedAsIs = position == context.place.applied + 1 && context.divergence == nil
@@ -447,7 +449,7 @@ struct Shipper {
     context.emit(
       .shipped(
         store: context.storeName, position: position, localSequence: plan.through, changeSets: plan.changeSets,
-        rows: entry.rowCount))
+        rows: entry.rowCount, bytes: bytes))
     for conflict in entry.conflicts { context.tell(conflict) }
   }
 

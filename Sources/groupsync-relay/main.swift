@@ -71,6 +71,14 @@ struct RelayCommand: ParsableCommand {
       valueName: "table"))
   var wholeRows: [String] = []
 
+  @Option(
+    name: .long,
+    help: ArgumentHelp(
+      "The newest log format this relay reads and writes (default: the newest it knows); 1 keeps the group "
+        + "settling whole rows, as relays before format 2 did.",
+      valueName: "N"))
+  var logFormat: Int?
+
   @Option(name: .long, help: "Log entries kept per store (older ones purged; default: all).")
   var retention: Int64?
 
@@ -170,6 +178,13 @@ struct RelayCommand: ParsableCommand {
       throw ValidationError(error.description)
     }
     for table in wholeRows { configuration.merge.settleWholeRows(table) }
+    if let logFormat {
+      let known = configuration.version.reads.map(\.rawValue)
+      guard known.contains(logFormat) else {
+        throw ValidationError("--log-format \(logFormat): this relay knows formats \(known.map(String.init).joined(separator: ", "))")
+      }
+      configuration.newestFormat = LogFormat(rawValue: logFormat)
+    }
     configuration.retention = retention
     configuration.speaksTestingFormat = testingFormat
     do {
