@@ -1,7 +1,7 @@
 import Foundation
 
 /// How concurrent writes to one row are settled, named as a context's
-/// ``GroupSync/MergePolicy`` names them. Every conflict is settled once, by
+/// `MergePolicy` (of `GroupSync`) names them. Every conflict is settled once, by
 /// the relay whose shipment meets it, and its result ships to every host.
 ///
 /// Since log format 2 the relays merge by property: a column only one of

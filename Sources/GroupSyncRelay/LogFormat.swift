@@ -25,7 +25,7 @@ public struct LogFormat: RawRepresentable, Hashable, Comparable, Sendable, Codab
 
   /// Format 2: merging by property. An update of a row the origin knew
   /// ships only the columns it changed since the image it wrote on
-  /// (``RowImage/changed``), and conflicts are settled column by column
+  /// (`"c"`, their indices, beside `"v"`), and conflicts are settled column by column
   /// (``ConflictRecord`` gains `base`, `merged` and `reason`). A relay that
   /// read it as format 1 would store the changed values in the first
   /// columns: relays before it cannot decode it, and hold.
