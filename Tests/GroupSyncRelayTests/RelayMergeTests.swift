@@ -385,6 +385,10 @@ extension RelayMergeTests {
       #expect(b.events("resync").isEmpty)
       try await b.exec(["CREATE TABLE later(id INTEGER PRIMARY KEY, name TEXT, v INTEGER, w INTEGER)"])
       try await waitUntil("b applies the held row") { (try? b.rows("SELECT name, v, w FROM later")) == ["x|2|7"] }
+      // (b's migration makes it ship the new table whole.)
+      try await waitUntil("b shipped its migration") {
+        try server.query("SELECT count(*) FROM gs_change WHERE grp = 'app' AND origin_host = 'b'") != [["0"]]
+      }
 
       // A row b never heard of.
       let note = #"{"n":"note","k":["title","body","n","x","b"],"s":false,"r":[{"g":"nowhere","b":1,"v":[{"t":"z"}],"c":[1]}]}"#
@@ -395,7 +399,10 @@ extension RelayMergeTests {
         reason == "entry \(stray) changes columns of row nowhere of note, which this host does not have (it never came here)",
         "\(String(describing: reason))")
       #expect(try b.rows("SELECT title, body FROM note") == ["r|v0"])
-      try await waitUntil("b is at the log's head") { b.relayStatus()?.stores.first?.applied == stray }
+      try await waitUntil("b is at the log's head") {
+        let head = Int64(try server.query("SELECT max(seq) FROM gs_clock WHERE grp = 'app'").first?[0] ?? "") ?? 0
+        return head >= stray && b.relayStatus()?.stores.first?.applied == head
+      }
       try await a.stopRelay()
       try await b.stopRelay()
     }
