@@ -61,10 +61,10 @@ public struct MergeRules: Sendable {
     var parts = [policy.rawValue]
     let named = Set(tables.keys).union(wholeRowTables).union(columns.keys).sorted()
     for table in named {
-      var table_ = [String]()
-      if let policy = tables[table] { table_.append(policy.rawValue) }
-      if wholeRowTables.contains(table) { table_.append("whole rows") }
-      if !table_.isEmpty { parts.append("\(table): " + table_.joined(separator: ", ")) }
+      var settings: [String] = []
+      if let policy = tables[table] { settings.append(policy.rawValue) }
+      if wholeRowTables.contains(table) { settings.append("whole rows") }
+      if !settings.isEmpty { parts.append("\(table): " + settings.joined(separator: ", ")) }
       for (column, rule) in (columns[table] ?? [:]).sorted(by: { $0.key < $1.key }) {
         parts.append("\(table).\(column): \(rule.name)")
       }

@@ -130,6 +130,7 @@ public final class Relay: @unchecked Sendable {
       lastError: nil, updatedAtNanoseconds: 0, stores: [])
     current.relayVersion = configuration.version.name
     current.formatsRead = configuration.version.reads.map(\.rawValue)
+    current.mergeRules = configuration.merge.fingerprint
   }
 
   deinit {
@@ -489,6 +490,8 @@ public final class Relay: @unchecked Sendable {
         "other members announce other merge rules (\(others)) than this relay's (\(ours)): nothing ships until they agree")
     }
     emit(.mergeRules(ours: ours, differing: differing))
+    lock.withLock { current.differingMergeRules = differing.isEmpty ? nil : differing }
+    refreshStatus(force: true)
   }
 
   /// Ships what every store has pending; nil when it is all shipped (or

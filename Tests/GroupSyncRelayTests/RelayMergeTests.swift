@@ -241,6 +241,12 @@ extension RelayMergeTests {
       #expect(told["ours"] as? String == "object-trump; note.body: store-trump", "\(told)")
       #expect((told["differing"] as? [String: String]) == ["a": "object-trump"], "\(told)")
       #expect(b.errorOutput.contains("nothing ships until they agree"), "\(b.errorOutput)")
+      try await waitUntil("b's status says so") { b.relayStatus()?.differingMergeRules == ["a": "object-trump"] }
+      let shown = try await Executables.groupsync(["status", b.folder])
+      #expect(shown.contains("merge rules: object-trump; note.body: store-trump"), "\(shown)")
+      #expect(
+        shown.contains("SHIPS NOTHING: other members announce other merge rules (a has object-trump) until they agree"),
+        "\(shown)")
       // a learns it at its next check of the group, and holds too.
       try await waitUntil("a says the rules differ", timeout: .seconds(60)) { !a.events("mergeRules").isEmpty }
       try await b.exec(["INSERT INTO note(title, body) VALUES ('while-b-differs', 'x')"])
@@ -259,6 +265,7 @@ extension RelayMergeTests {
       #expect(try b.rows("SELECT title FROM note ORDER BY title") == ["before", "while-a-differs", "while-b-differs"])
       let agreed = a.events("mergeRules").last
       #expect((agreed?["differing"] as? [String: String]) == [:], "\(String(describing: agreed))")
+      try await waitUntil("a's status agrees") { a.relayStatus().map { $0.differingMergeRules == nil } ?? false }
       try await a.stopRelay()
       try await b.stopRelay()
     }

@@ -321,6 +321,56 @@ struct HostileFolderTests {
     #expect((1...drops.acts).contains(resets.count), "\(resets.count) resets for \(drops): \(resets.prefix(3))")
   }
 
+  /// A listener stopped right after it judged forged files, before it
+  /// removed them, while forged files kept coming for longer than its
+  /// quiet time: the files it removes once it runs again arrived within
+  /// the act, and the junk after them continues it. One reset. (Before,
+  /// their arrival was not noted, and the next junk was a second act:
+  /// `junkThatKeptComingWhileTheListenerWasStoppedIsOneAct` failed so
+  /// under ASan when the stop fell there.)
+  @Test func forgedFilesRemovedAfterAStopContinueTheAct() async throws {
+    let folder = try TemporaryFolder()
+    let (directory, group) = try await makeGroup(folder)
+    var environment = ProcessInfo.processInfo.environment
+    environment["GROUPSYNC_FAILPOINT"] = "stop-after-judging-forged-files"
+    let watch = try ChildProcess(
+      executable: CLI.executable, arguments: ["watch", directory, "--name", "victim", "--json", "--grace-ms", "200"],
+      environment: environment, name: "watch")
+    defer { watch.signal(SIGKILL) }
+    try await ProcessHarness.onThread { try watch.waitForStderr(containing: "listening as", timeout: 30) }
+    let inbox = group.layout.inbox("victim")
+    let staging = folder.child("staging")
+    try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
+    let base = try await ProcessHarness.status(directory).sequence
+    var drops = DropGaps()
+    var index: Int64 = 0
+    func drop() throws {
+      index += 1
+      try ProcessHarness.placeAtomically(
+        Array("junk \(index)".utf8), at: inbox + "/" + GroupLayout.fileName(sequence: base + 5000 + index),
+        staging: staging)
+      drops.dropped()
+      usleep(50_000)
+    }
+    // Junk until the listener judges it and stops; then on, past its quiet time.
+    let deadline = ContinuousClock.now + .seconds(60)
+    while !CrashCampaignTests.isStopped(watch.pid) {
+      guard ContinuousClock.now < deadline else { throw TestFailure("the listener never judged the forged files") }
+      try drop()
+    }
+    let stopEnd = ContinuousClock.now + DropGaps.quiet + .seconds(1)
+    while ContinuousClock.now < stopEnd { try drop() }
+    watch.signal(SIGCONT)
+    let afterEnd = ContinuousClock.now + .milliseconds(700)
+    while ContinuousClock.now < afterEnd { try drop() }
+    let written = try await ProcessHarness.exec(directory, Self.insert)
+    try await waitUntil("the next change set is delivered", timeout: .seconds(60)) {
+      watch.stdout.contains("\"seq\":\(written[0].seq)")
+    }
+    let resets = try ProcessHarness.printedLines(watch).filter { $0["reset"] != nil }
+    #expect((1...drops.acts).contains(resets.count), "\(resets.count) resets for \(drops): \(resets.prefix(3))")
+  }
+
   /// Forged change sets (valid names, junk inside, sequences the store
   /// never reached) dropped one after another: one reset, and the real
   /// change sets committed meanwhile all arrive, in order.

@@ -85,6 +85,12 @@ public struct RelayStatus: Sendable, Codable, Equatable {
   /// it writes (nil: not known yet).
   public var groupFormat: Int?
   public var writeFormat: Int?
+  /// The rules the relay settles concurrent writes by (its merge rules'
+  /// fingerprint), and the other members that announce other rules, by
+  /// host: while there is any, the relay ships nothing (nil: a relay
+  /// before merge rules, or none known yet).
+  public var mergeRules: String?
+  public var differingMergeRules: [String: String]?
 
   public init(
     host: String, group: String, processID: Int32, isConnected: Bool, isLive: Bool, lastError: String?,

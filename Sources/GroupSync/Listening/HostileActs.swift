@@ -46,6 +46,13 @@ final class HostileActs {
     suppressed += 1
     return true
   }
+
+  /// Notes bad input removed after the look that judged it (it arrived
+  /// within `arrived`): the act lasts at least until then.
+  func noteArrived(_ arrived: ClosedRange<Int64>?) {
+    guard let arrived, let last = lastArrival else { return }
+    lastArrival = max(last, arrived.upperBound)
+  }
 }
 
 /// The change times of bad entries seen in one look, as a range.

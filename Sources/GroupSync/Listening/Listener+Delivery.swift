@@ -141,7 +141,7 @@ extension Listener {
         return delivered(.changes(sequencer.accept(changeSet)), by: sequencer)
       case .failure(let reason, let arrived):
         guard hostileActs.continues(arrived: arrived.map { $0...$0 }) else {
-          return delivered(.reset(sequencer.reset(reason, inbox: folders.inbox)), by: sequencer)
+          return delivered(.reset(sequencer.reset(reason, inbox: folders.inbox, badInput: true)), by: sequencer)
         }
         // The act was answered already: the file is gone, the change set
         // is read from the history (the truth) without another reset.

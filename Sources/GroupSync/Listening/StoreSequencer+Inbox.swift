@@ -3,15 +3,21 @@ import Foundation
 // The store's change sets waiting in the inbox: which ones, and reading
 // the next one.
 extension StoreSequencer {
-  /// Removes the store's files in `inbox` whose sequence `matches`.
-  func removeInboxFiles(_ inbox: SafeDirectory, where matches: (Int64) -> Bool) {
+  /// Removes the store's files in `inbox` whose sequence `matches`;
+  /// returns when they arrived (their change times, ns since 1970; nil
+  /// when none was removed).
+  @discardableResult
+  func removeInboxFiles(_ inbox: SafeDirectory, where matches: (Int64) -> Bool) -> ClosedRange<Int64>? {
+    var arrivals = ArrivalRange()
     try? inbox.forEachEntry { name in
       if let (fileStore, sequence) = GroupLayout.storeAndSequence(inFileNameBuffer: name), fileStore == store,
         matches(sequence)
       {
+        arrivals.add(inbox.changeTime(name))
         inbox.remove(name)
       }
     }
+    return arrivals.range
   }
 
   /// When this store's inbox files that `matches` arrived (their change

@@ -245,12 +245,14 @@ final class StoreSequencer {
         // Not committed: only forged files (or a forged in-process claim)
         // said it was. An act already answered is cleaned up quietly.
         let arrived = inboxArrivals(inbox) { $0 > storeSequence }
-        guard hostileActs.continues(arrived: arrived) else {
-          return .reset(reset(.notInHistory(sequence: sequence), inbox: inbox))
+        let continues = hostileActs.continues(arrived: arrived)
+        Failpoint.stopOnce(if: Failpoint.stopAfterJudgingForgedFiles)
+        guard continues else {
+          return .reset(reset(.notInHistory(sequence: sequence), inbox: inbox, badInput: true))
         }
         Logger.groupSync.warning(
           "listener '\(listener)': files of '\(store)' beyond its sequence \(storeSequence) removed (forged, again)")
-        removeInboxFiles(inbox) { $0 > storeSequence }
+        hostileActs.noteArrived(removeInboxFiles(inbox) { $0 > storeSequence })
         inboxSequences = inboxSequences.filter { $0 <= storeSequence }
         moreBeyondWindow = false
         return nil
@@ -270,12 +272,20 @@ final class StoreSequencer {
   /// Logs why (unless the caller did), skips to the store's current
   /// sequence and drops everything up to it; with `inbox`, also the
   /// store's files waiting there.
-  func reset(_ reason: ResetReason, inbox: SafeDirectory?, logged: Bool = false) -> Reset {
+  ///
+  /// `badInput`: the reset answers an act of bad input; the files it
+  /// removes arrived within that act (some may have come after the look
+  /// that found it: a listener stopped in between), so their times
+  /// continue it.
+  func reset(_ reason: ResetReason, inbox: SafeDirectory?, logged: Bool = false, badInput: Bool = false) -> Reset {
     if !logged { Logger.groupSync.error("listener '\(listener)': store '\(store)': \(reason); resetting") }
     // List before reading the sequence: a file appears only after its
     // commit, so every file listed now is at or below the sequence read
     // next (covered by the reset), or forged; all of them go.
-    if let inbox { removeInboxFiles(inbox) { _ in true } }
+    if let inbox {
+      let removed = removeInboxFiles(inbox) { _ in true }
+      if badInput { hostileActs.noteArrived(removed) }
+    }
     if let readOnlyFile {
       fileIdentity = readOnlyFile.identityNow
       if let cursor { try? cursor.write(fileIdentity.map(Self.fingerprint) ?? 0) }

@@ -88,6 +88,11 @@ struct Status: AsyncParsableCommand {
           "            version \(relay.relayVersion ?? "1 (from before log formats)"), reads log formats \(reads)"
             + (relay.groupFormat.map { "; the group writes format \($0)" } ?? "")
             + (relay.writeFormat.map { ", this relay \($0)" } ?? ""))
+        if let rules = relay.mergeRules { printLine("            merge rules: \(rules)") }
+        if let differing = relay.differingMergeRules, !differing.isEmpty {
+          let others = differing.sorted { $0.key < $1.key }.map { "\($0.key) has \($0.value)" }.joined(separator: "; ")
+          printLine("            SHIPS NOTHING: other members announce other merge rules (\(others)) until they agree")
+        }
         for store in relay.stores {
           if let position = store.heldAt, let format = store.heldFormat {
             printLine(
