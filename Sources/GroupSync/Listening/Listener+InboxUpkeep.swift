@@ -42,6 +42,8 @@ extension Listener {
   /// them, make them anew, watch the new inbox, and reset once.
   func checkFolders() -> Reset? {
     guard !folders.areIntact(in: root, name: name) else { return nil }
+    // A listener being closed removes its folder itself: not made again.
+    if mailbox.withContents({ $0.closed }) { return nil }
     do {
       let made = try ListenerFolders.open(in: root, name: name)
       // Writers find the lock through the folder: a new folder needs it
@@ -59,6 +61,10 @@ extension Listener {
       if closed {
         watch.cancel()
         lock?.release()
+        // Made while close() removed the folder: it goes too.
+        if made.folder.identity != folders.folder.identity && made.folder.isStill(name, in: made.listeners) {
+          _ = made.listeners.removeAtOnce(name)
+        }
         return nil
       }
       old?.cancel()
