@@ -295,30 +295,19 @@ struct HostileFolderTests {
     let staging = folder.child("staging")
     try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
     let base = try await ProcessHarness.status(directory).sequence
-    var drops = DropGaps()
-    var index: Int64 = 0
-    func drop(for duration: Duration) throws {
-      let end = ContinuousClock.now + duration
-      while ContinuousClock.now < end {
-        index += 1
-        let name = kind == "foreign" ? "junk-\(index)" : GroupLayout.fileName(sequence: base + 5000 + index)
-        try ProcessHarness.placeAtomically(Array("junk \(index)".utf8), at: inbox + "/" + name, staging: staging)
-        drops.dropped()
-        usleep(50_000)
-      }
-    }
-    try drop(for: .seconds(1))
+    var junk = JunkDropper(inbox: inbox, staging: staging, forged: kind == "beyond" ? base + 5000 : nil)
+    try junk.drop(for: .seconds(1))
     try await waitUntil("the listener answers the act", timeout: .seconds(60)) { watch.stdout.contains("\"reset\"") }
     watch.signal(SIGSTOP)
-    try drop(for: DropGaps.quiet + .seconds(1))
+    try junk.drop(for: DropGaps.quiet + .seconds(1))
     watch.signal(SIGCONT)
-    try drop(for: .milliseconds(500))
+    try junk.drop(for: .milliseconds(500))
     let written = try await ProcessHarness.exec(directory, Self.insert)
     try await waitUntil("the next change set is delivered", timeout: .seconds(60)) {
       watch.stdout.contains("\"seq\":\(written[0].seq)")
     }
     let resets = try ProcessHarness.printedLines(watch).filter { $0["reset"] != nil }
-    #expect((1...drops.acts).contains(resets.count), "\(resets.count) resets for \(drops): \(resets.prefix(3))")
+    #expect((1...junk.drops.acts).contains(resets.count), "\(resets.count) resets for \(junk.drops): \(resets.prefix(3))")
   }
 
   /// A listener stopped right after it judged forged files, before it
@@ -342,33 +331,22 @@ struct HostileFolderTests {
     let staging = folder.child("staging")
     try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
     let base = try await ProcessHarness.status(directory).sequence
-    var drops = DropGaps()
-    var index: Int64 = 0
-    func drop() throws {
-      index += 1
-      try ProcessHarness.placeAtomically(
-        Array("junk \(index)".utf8), at: inbox + "/" + GroupLayout.fileName(sequence: base + 5000 + index),
-        staging: staging)
-      drops.dropped()
-      usleep(50_000)
-    }
+    var junk = JunkDropper(inbox: inbox, staging: staging, forged: base + 5000)
     // Junk until the listener judges it and stops; then on, past its quiet time.
     let deadline = ContinuousClock.now + .seconds(60)
     while !CrashCampaignTests.isStopped(watch.pid) {
       guard ContinuousClock.now < deadline else { throw TestFailure("the listener never judged the forged files") }
-      try drop()
+      try junk.dropOne()
     }
-    let stopEnd = ContinuousClock.now + DropGaps.quiet + .seconds(1)
-    while ContinuousClock.now < stopEnd { try drop() }
+    try junk.drop(for: DropGaps.quiet + .seconds(1))
     watch.signal(SIGCONT)
-    let afterEnd = ContinuousClock.now + .milliseconds(700)
-    while ContinuousClock.now < afterEnd { try drop() }
+    try junk.drop(for: .milliseconds(700))
     let written = try await ProcessHarness.exec(directory, Self.insert)
     try await waitUntil("the next change set is delivered", timeout: .seconds(60)) {
       watch.stdout.contains("\"seq\":\(written[0].seq)")
     }
     let resets = try ProcessHarness.printedLines(watch).filter { $0["reset"] != nil }
-    #expect((1...drops.acts).contains(resets.count), "\(resets.count) resets for \(drops): \(resets.prefix(3))")
+    #expect((1...junk.drops.acts).contains(resets.count), "\(resets.count) resets for \(junk.drops): \(resets.prefix(3))")
   }
 
   /// Forged change sets (valid names, junk inside, sequences the store
@@ -566,6 +544,34 @@ struct HostileFolderTests {
 /// act, which a machine busy enough to stall the test's thread that long
 /// makes (the listener may still see one: it looked late). Every other
 /// pause, the listener's own included, is one act.
+/// An attacker's script: a junk file into a listener's inbox every 50 ms
+/// (the pace is the workload), foreign names, or forged change-set names
+/// from `forged` + 1 on; the pauses between drops counted (``DropGaps``).
+struct JunkDropper {
+  let inbox: String
+  let staging: String
+  let forged: Int64?
+  private(set) var drops = DropGaps()
+  private var index: Int64 = 0
+
+  init(inbox: String, staging: String, forged: Int64?) {
+    (self.inbox, self.staging, self.forged) = (inbox, staging, forged)
+  }
+
+  mutating func dropOne() throws {
+    index += 1
+    let name = forged.map { GroupLayout.fileName(sequence: $0 + index) } ?? "junk-\(index)"
+    try ProcessHarness.placeAtomically(Array("junk \(index)".utf8), at: inbox + "/" + name, staging: staging)
+    drops.dropped()
+    usleep(50_000)
+  }
+
+  mutating func drop(for duration: Duration) throws {
+    let end = ContinuousClock.now + duration
+    while ContinuousClock.now < end { try dropOne() }
+  }
+}
+
 struct DropGaps: CustomStringConvertible, Sendable {
   static let quiet = Duration.seconds(2)
   private var last: ContinuousClock.Instant?
