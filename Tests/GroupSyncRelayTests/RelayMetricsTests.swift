@@ -164,7 +164,7 @@ struct RelayMetricsTests {
         #expect(Self.counter(host.metrics, RelayMetrics.entriesShipped, Self.store(name)) == Int64(shipped))
         #expect(try Self.logEntries(server, origin: name) == Int64(shipped))
         #expect(Self.counter(host.metrics, RelayMetrics.entriesApplied, Self.store(name)) == 5)
-        #expect(host.context.place.applied == 5)
+        #expect(host.context.place.current.applied == 5)
         #expect(try host.metrics.expectTimer(RelayMetrics.shipDuration, Self.store(name)).values.count == shipped)
       }
     }

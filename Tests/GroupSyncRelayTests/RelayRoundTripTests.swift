@@ -77,10 +77,10 @@ import Testing
       #expect(try pair.counted(a.log) { try Shipper(context: a.context).ship(a.log) } == (.shipped, 1))
 
       // A's own entry, as A wrote it, counts as applied there at once.
-      #expect(a.context.place.applied == 1)
+      #expect(a.context.place.current.applied == 1)
       // Its bookkeeping's change set is skipped as it commits: nothing is
       // left for the shipper to read.
-      #expect(try a.context.place.shipped == a.group.store.currentSequence())
+      #expect(try a.context.place.current.shipped == a.group.store.currentSequence())
       #expect(try !Applier(context: a.context).apply(a.log))
       // B applies the entry its notification carried, and tells the
       // server nothing yet: its applied place waits for a round trip.
@@ -88,7 +88,7 @@ import Testing
       #expect(hint.position == 1 && hint.entry?.origin == EntryOrigin(host: "a", sequence: through))
       #expect(try pair.counted(b.log) { try Applier(context: b.context).apply(b.log) } == (true, 0))
       #expect(try await b.group.store.read { db in try String.fetchOne(db, sql: "SELECT body FROM note") } == "small")
-      #expect(b.context.place.applied == 1)
+      #expect(b.context.place.current.applied == 1)
       let appliedOnServer = { try server.query("SELECT applied_seq FROM gs_host WHERE host = 'b'").first?[0] }
       #expect(try appliedOnServer() == "0")
       #expect(try pair.counted(b.log) { try b.log.flushDeferred() }.roundTrips == 1)
@@ -129,9 +129,9 @@ import Testing
       #expect(try server.query("SELECT count(*) FROM gs_conflict").first?[0] == "1")
       // B's entry settled a conflict, after A's entry B has not applied yet:
       // both are applied in the log's order.
-      #expect(b.context.place.applied == 3)
+      #expect(b.context.place.current.applied == 3)
       try await pair.catchUp(b.log, b.context, through: 5)
-      #expect(b.context.place.applied == 5)
+      #expect(b.context.place.current.applied == 5)
       #expect(try server.query("SELECT data FROM gs_row").first?[0]?.contains("{\"t\":\"b\"}") == true)
     }
   }

@@ -132,7 +132,7 @@ extension RelayTests {
       let log = SharedLog(try server.connect())
       while try Applier(context: context).apply(log) {}
       #expect(try b.content().values.map { $0[1] } == ["\"local b\""])
-      #expect(context.place.applied == Int64(try server.query("SELECT max(seq) FROM gs_change").first?[0] ?? "0"))
+      #expect(context.place.current.applied == Int64(try server.query("SELECT max(seq) FROM gs_change").first?[0] ?? "0"))
       group.store.close()
       // Now B's relay, in process: it ships, wins, and says so.
       var configuration = RelayConfiguration(folder: b.folder, conninfo: server.conninfo, host: "b")

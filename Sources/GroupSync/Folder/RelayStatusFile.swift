@@ -151,17 +151,13 @@ public enum RelayStatusFile {
   }
 
   /// Takes `relays/HOST.lock` for this process's life (until the returned
-  /// lock is released or the process ends).
-  ///
-  /// - Throws: ``GroupSyncError/relayLockHeld(host:)`` when another live
-  ///   relay holds it, ``GroupSyncError/invalidHostName(_:)``.
-  public static func lock(group: String, host: String) throws -> RelayLock {
-    guard isValidHostName(host) else { throw GroupSyncError.invalidHostName(host) }
+  /// lock is released or the process ends); nil when another live relay
+  /// holds it. The relay checked `host` (``isValidHostName(_:)``).
+  package static func lock(group: String, host: String) throws -> RelayLock? {
+    precondition(isValidHostName(host), "a relay's host name was checked before its lock is taken")
     let path = try makeFolder(group) + "/\(host).lock"
     let file = FileDescriptor(adopting: try System.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK, 0o644))
-    guard try FileLock.tryLock(file, path: path) else {
-      throw GroupSyncError.relayLockHeld(host: host)
-    }
+    guard try FileLock.tryLock(file, path: path) else { return nil }
     return RelayLock(descriptor: file)
   }
 

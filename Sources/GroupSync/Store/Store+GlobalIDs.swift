@@ -10,11 +10,11 @@ import GRDB
 extension Store {
   /// The table a relay records the global IDs in, inside each replicated
   /// store.
-  public static let globalIDTable = "gs_relay_row"
+  public static let globalIDTable = GlobalIDTable.name
 
   /// Whether a relay ever ran on this store (it has global IDs).
   public func hasGlobalIDs() throws -> Bool {
-    try read { db in try db.tableExists(Self.globalIDTable) }
+    try read { db in try db.tableExists(GlobalIDTable.name) }
   }
 
   /// The global ID of the row `id` names, in this store: a live row, or
@@ -30,18 +30,10 @@ extension Store {
     let ids = ids.filter { $0.storeID == storeID && !$0.isTemporary }
     guard !ids.isEmpty else { return [:] }
     return try read { db in
-      guard try db.tableExists(Self.globalIDTable) else { return [:] }
-      let live = try db.cachedStatement(sql: "SELECT gid FROM \(Self.globalIDTable) WHERE tbl = ? AND local_rowid = ?")
-      let former = try db.cachedStatement(sql: """
-        SELECT gid FROM \(Self.globalIDTable) WHERE tbl = ? AND local_rowid IS NULL AND former_rowid = ?
-        ORDER BY rowid DESC LIMIT 1
-        """)
+      guard try db.tableExists(GlobalIDTable.name) else { return [:] }
       var found: [ObjectID: String] = [:]
       for id in ids {
-        let arguments: StatementArguments = [id.table, id.rowID]
-        if let gid = try String.fetchOne(live, arguments: arguments) ?? String.fetchOne(former, arguments: arguments) {
-          found[id] = gid
-        }
+        if let gid = try GlobalIDTable.gid(db, table: id.table, rowID: id.rowID) { found[id] = gid }
       }
       return found
     }
@@ -51,10 +43,8 @@ extension Store {
   /// when this host does not have that row (not arrived yet, or deleted).
   public func objectID(table: String, globalID: String) throws -> ObjectID? {
     try read { db in
-      guard try db.tableExists(Self.globalIDTable) else { return nil }
-      let rowID = try Int64.fetchOne(
-        db, sql: "SELECT local_rowid FROM \(Self.globalIDTable) WHERE tbl = ? AND gid = ?",
-        arguments: [table, globalID])
+      guard try db.tableExists(GlobalIDTable.name) else { return nil }
+      let rowID = try GlobalIDTable.entry(db, table: table, gid: globalID)?.rowID
       return rowID.map { ObjectID(storeID: storeID, table: table, rowID: $0) }
     }
   }

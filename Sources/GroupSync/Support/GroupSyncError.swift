@@ -22,11 +22,6 @@ public enum GroupSyncError: Error, Equatable, Sendable, CustomStringConvertible 
   /// (``Acknowledgement/inStore``), or `acknowledge(_:in:)` for one kept
   /// in the cursor file.
   case acknowledgementOfOtherKind(listener: String, placeKeptInStore: Bool)
-  /// A host name (of a relay) is empty, too long, or has characters other
-  /// than letters, digits, `-`, `_` and `.`.
-  case invalidHostName(String)
-  /// Another live relay of this host holds `relays/HOST.lock`.
-  case relayLockHeld(host: String)
   /// The folder is not a group folder (it has no store).
   case notAGroupFolder(String)
   /// A system call failed.
@@ -93,10 +88,6 @@ public enum GroupSyncError: Error, Equatable, Sendable, CustomStringConvertible 
       return "listener '\(name)' keeps its place in the store: acknowledge inside store.write with acknowledge(_:in:)"
     case .acknowledgementOfOtherKind(let name, false):
       return "listener '\(name)' keeps its place in its cursor file: acknowledge with acknowledge(_:)"
-    case .invalidHostName(let host):
-      return "invalid host name '\(host)': use 1-64 letters, digits, '-', '_' or '.', not starting with '.'"
-    case .relayLockHeld(let host):
-      return "a live relay of host '\(host)' holds relays/\(host).lock"
     case .notAGroupFolder(let path):
       return "'\(path)' is not a group folder (no store.sqlite; run 'groupsync init' first)"
     case .system(let error):

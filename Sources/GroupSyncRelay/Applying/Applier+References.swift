@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GroupSync
 
 /// How the applier keeps every reference pointing at the same row as on
 /// the host that wrote it (see ``RowReference``).
@@ -67,7 +68,7 @@ extension Applier {
       }
       switch values[index] {
       case .reference(let gid):
-        let parent = try RowIdentityMap.resolve(db, table: reference.parent, gid: gid)
+        let parent = try GlobalIDTable.resolve(db, table: reference.parent, gid: gid)
         if let rowID = parent?.rowID, try pass.shape(reference.parent, db)?.values(db, rowID: rowID) != nil {
           values[index] = .integer(rowID)
           continue
@@ -121,13 +122,13 @@ extension Applier {
       let children = try Int64.fetchAll(
         db.cachedStatement(sql: "SELECT rowid FROM \(child.quotedName) WHERE \(column) = ?"), arguments: [rowID])
       for childRowID in children where !pass.deleting.contains("\(child.name)/\(childRowID)") {
-        let entry = try RowIdentityMap.entry(db, table: child.name, rowID: childRowID)
+        let entry = try GlobalIDTable.entry(db, table: child.name, rowID: childRowID)
         let values = try child.values(db, rowID: childRowID)
         switch reference.onDelete {
         case .cascade:
           try deleteRow(child, rowID: childRowID, position: position, pass: pass, db)
           if let entry {
-            try RowIdentityMap.set(.init(gid: entry.gid, rowID: nil, position: position), db, table: child.name)
+            try GlobalIDTable.set(.init(gid: entry.gid, rowID: nil, position: position), db, table: child.name)
           }
         case .setNull, .setDefault:
           let value = reference.onDelete == .setNull ? RowValue.null : try Self.defaultValue(of: reference, db)

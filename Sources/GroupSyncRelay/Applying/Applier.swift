@@ -55,7 +55,7 @@ struct Applier {
     let entries: [Pending]
     if let carried = try carriedEntries() {
       entries = carried
-    } else if context.mustReadLog || context.logHead > context.place.applied {
+    } else if context.mustReadLog || context.logHead > context.place.current.applied {
       guard let read = try readEntries(log) else { return true }
       entries = read
     } else {
@@ -69,7 +69,7 @@ struct Applier {
   /// order (nil when none follows the place).
   private func carriedEntries() throws -> [Pending]? {
     let context = self.context
-    let applied = context.place.applied
+    let applied = context.place.current.applied
     context.carried = context.carried.filter { $0.key > applied }
     var entries: [Pending] = []
     while entries.count < Self.batchSize, let stored = context.carried.removeValue(forKey: applied + 1 + Int64(entries.count)) {
@@ -99,7 +99,7 @@ struct Applier {
   /// instead.
   private func readEntries(_ log: SharedLog) throws -> [Pending]? {
     let context = self.context
-    let applied = context.place.applied
+    let applied = context.place.current.applied
     // One snapshot: the clock row, and the entries from the applied place
     // on. The applied entry itself comes too, to check that the log still
     // holds the entry this host applied there.
@@ -124,7 +124,7 @@ struct Applier {
       entries.append((stored.position, stored.origin.host, stored.origin.sequence, entry))
       expected += 1
     }
-    if let reason = Self.divergence(place: context.place, head: head, purged: purged, entryAtPlace: atPlace) {
+    if let reason = Self.divergence(place: context.place.current, head: head, purged: purged, entryAtPlace: atPlace) {
       try resync(log, reason: reason, diverged: true)
       return nil
     }
@@ -192,17 +192,13 @@ struct Applier {
       // relay restarted there reads them again and skips them again.
       guard db.totalChangesCount != changesBefore || notesAdded else { return }
       let last = entries[taken - 1]
-      var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
-      place.applied = last.position
-      place.appliedOrigin = EntryOrigin(host: last.origin, sequence: last.originSequence)
-      place.shipped = max(place.shipped, context.place.shipped)
-      try RowIdentityMap.setPlace(place, db, group: context.group, host: context.host)
+      try context.place.change(db) { place in
+        place.applied = last.position
+        place.appliedOrigin = EntryOrigin(host: last.origin, sequence: last.originSequence)
+      }
     }
-    // Only now, COMMIT returned: the place moves on in memory.
     let applied = entries[..<taken]
     let last = entries[taken - 1]
-    context.place.applied = last.position
-    context.place.appliedOrigin = EntryOrigin(host: last.origin, sequence: last.originSequence)
     context.emit(
       .applied(
         store: context.storeName, position: last.position, entries: applied.count, rows: rowCount,
@@ -226,7 +222,7 @@ struct Applier {
   /// the log's head, its purge horizon and the origin of the entry now at
   /// the applied place (nil: none); nil when it does, or when that entry
   /// was purged and nothing can be told.
-  static func divergence(place: RowIdentityMap.Place, head: Int64, purged: Int64, entryAtPlace: EntryOrigin?)
+  static func divergence(place: ReplicaPlace.Place, head: Int64, purged: Int64, entryAtPlace: EntryOrigin?)
     -> String?
   {
     let applied = place.applied
@@ -322,7 +318,7 @@ struct Applier {
     let kept = columns.indices.filter { local.contains(columns[$0].lowercased()) }
     var known = image
     known.values = image.values.map { values in kept.map { values[$0] } }
-    let stale = try (RowIdentityMap.entry(db, table: name, gid: image.gid)?.position ?? 0) >= position
+    let stale = try (GlobalIDTable.entry(db, table: name, gid: image.gid)?.position ?? 0) >= position
     let outcome = try applyRow(known, columns: kept.map { columns[$0] }, shape: shape, position: position, pass: pass, db)
     if outcome == .held {
       // It waits whole, the columns this host lacks included.
@@ -390,7 +386,7 @@ struct Applier {
         // Not over a value this host wrote itself since (the migration that
         // added the column made the whole table count as changed, so the
         // column's value tells: still its default, or not).
-        guard let mapping = try RowIdentityMap.entry(db, table: kept.table, gid: kept.gid), let rowID = mapping.rowID,
+        guard let mapping = try GlobalIDTable.entry(db, table: kept.table, gid: kept.gid), let rowID = mapping.rowID,
           !(pass.pending.rows[kept.table]?.contains(rowID) ?? false)
         else { continue }
         var value = kept.value
@@ -398,7 +394,7 @@ struct Applier {
           let reference = pass.graph.references(from: kept.table).first {
             $0.column.lowercased() == kept.column.lowercased()
           }
-          let parent = try reference.flatMap { try RowIdentityMap.entry(db, table: $0.parent, gid: gid)?.rowID }
+          let parent = try reference.flatMap { try GlobalIDTable.entry(db, table: $0.parent, gid: gid)?.rowID }
           value = parent.map(RowValue.integer) ?? .null
         }
         let column = kept.column.quotedDatabaseIdentifier
@@ -426,7 +422,7 @@ struct Applier {
     _ image: RowImage, columns: [String], shape: TableShape, position: Int64, pass: Pass, _ db: Database
   ) throws -> Outcome {
     let table = shape.name
-    let mapping = try RowIdentityMap.entry(db, table: table, gid: image.gid)
+    let mapping = try GlobalIDTable.entry(db, table: table, gid: image.gid)
     if let mapping, mapping.position >= position {
       try pass.release(db, table: table, gid: image.gid, through: position)
       return .unchanged
@@ -450,11 +446,11 @@ struct Applier {
     }
     // The values of the image as the log has them, for the next update's
     // changed columns.
-    let base = try image.values.map { shipped -> RowIdentityMap.StoredBase in
-      guard image.isPartial else { return RowIdentityMap.StoredBase(shipped, columns: columns) }
+    let base = try image.values.map { shipped -> GlobalIDTable.StoredBase in
+      guard image.isPartial else { return GlobalIDTable.StoredBase(shipped, columns: columns) }
       var merged = mapping?.base?.values ?? [:]
       for (column, value) in zip(columns, shipped) { merged[column.lowercased()] = value }
-      return RowIdentityMap.StoredBase(merged)
+      return GlobalIDTable.StoredBase(merged)
     }
     var values = image.values
     if let shipped = values {
@@ -485,11 +481,11 @@ struct Applier {
       if let rowID = mapping?.rowID, localValues != nil {
         try deleteRow(shape, rowID: rowID, position: position, pass: pass, db)
       }
-      try RowIdentityMap.set(.init(gid: image.gid, rowID: nil, position: position), db, table: table)
+      try GlobalIDTable.set(.init(gid: image.gid, rowID: nil, position: position), db, table: table)
       return localValues != nil ? .changed : .unchanged
     }
     if let rowID = mapping?.rowID, let localValues {
-      try RowIdentityMap.set(.init(gid: image.gid, rowID: rowID, position: position, base: base), db, table: table)
+      try GlobalIDTable.set(.init(gid: image.gid, rowID: rowID, position: position, base: base), db, table: table)
       guard localValues != values else { return .unchanged }
       return try write(
         image, values: values, columns: columns, into: rowID, shape: shape, position: position, base: base, pass: pass,
@@ -534,7 +530,7 @@ struct Applier {
   /// Either way a conflict is reported, with both rows' values.
   private func write(
     _ image: RowImage, values: [RowValue], columns: [String], into target: Int64?, shape: TableShape,
-    position: Int64, base: RowIdentityMap.StoredBase?, pass: Pass, _ db: Database
+    position: Int64, base: GlobalIDTable.StoredBase?, pass: Pass, _ db: Database
   ) throws -> Outcome {
     var target = target
     for _ in 0..<8 {
@@ -546,7 +542,7 @@ struct Applier {
         } else {
           rowID = try insert(shape, columns: columns, values: values, db)
         }
-        try RowIdentityMap.set(
+        try GlobalIDTable.set(
           .init(gid: image.gid, rowID: rowID, position: position, base: base), db, table: shape.name)
         return .changed
       } catch let error as DatabaseError
@@ -556,7 +552,7 @@ struct Applier {
         guard let holder = try uniqueKeyHolder(error, values: values, shape: shape, db), holder != target else {
           throw error
         }
-        let holderEntry = try RowIdentityMap.entry(db, table: shape.name, rowID: holder)
+        let holderEntry = try GlobalIDTable.entry(db, table: shape.name, rowID: holder)
         let holderValues = try shape.values(db, rowID: holder)
         let holderPosition = holderEntry.map { $0.position > 0 ? $0.position : Int64.max } ?? Int64.max
         var record = ConflictRecord(
@@ -569,7 +565,7 @@ struct Applier {
           record.loserValues = image.values
           context.tell(record)
           if target == nil, let holderEntry {
-            try RowIdentityMap.set(
+            try GlobalIDTable.set(
               .init(gid: image.gid, rowID: nil, position: position, aliasOf: holderEntry.gid), db, table: shape.name)
           }
           return .unchanged
@@ -585,7 +581,7 @@ struct Applier {
           // it then, and what points at it follows it there as here).
           try deleteRow(shape, rowID: holder, position: position, pass: pass, db)
           if let holderEntry, holderEntry.position > 0, !pass.pending.isDirty(table: shape.name, rowID: holder) {
-            try RowIdentityMap.set(.init(gid: holderEntry.gid, rowID: nil, position: position), db, table: shape.name)
+            try GlobalIDTable.set(.init(gid: holderEntry.gid, rowID: nil, position: position), db, table: shape.name)
           }
           continue
         }
@@ -593,7 +589,7 @@ struct Applier {
         // not shipped (no other host knows it), or it is later in the log,
         // where every other host makes it an alias of this one.
         if let holderEntry {
-          try RowIdentityMap.set(
+          try GlobalIDTable.set(
             .init(gid: holderEntry.gid, rowID: nil, position: max(holderEntry.position, position), aliasOf: image.gid),
             db, table: shape.name)
         }
@@ -649,7 +645,7 @@ struct Applier {
       let pass = try Pass(context, db)
       let pending = pass.pending
       if diverged {
-        try RowIdentityMap.forgetPositions(db)
+        try GlobalIDTable.forgetPositions(db)
         try restoreDeletionsToShip(pending: pending, db)
       }
       var shapes: [String: TableShape?] = [:]
@@ -665,23 +661,20 @@ struct Applier {
         let outcome = try applyImage(image, table: table, columns: columns, position: position, pass: pass, db, &shapes)
         if outcome == .changed {
           rowCount += 1
-        } else if outcome == .unchanged, diverged, let mapping = try RowIdentityMap.entry(db, table: table, gid: gid), mapping.position == 0,
+        } else if outcome == .unchanged, diverged, let mapping = try GlobalIDTable.entry(db, table: table, gid: gid), mapping.position == 0,
           pending.holds(mapping, table: table)
         {
           // Held: this host's change ships as made on the current image.
-          try RowIdentityMap.raisePosition(db, table: table, gid: gid, to: position, deleted: false)
+          try GlobalIDTable.raisePosition(db, table: table, gid: gid, to: position, deleted: false)
         }
       }
       rowCount += try applyHeldRows(pass: pass, db, &shapes)
       if diverged { rowCount += try removeRowsOfLostEntries(known: known, pass: pass, db) }
-      var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
-      place.applied = head
-      place.appliedOrigin = headOrigin
-      place.shipped = max(place.shipped, context.place.shipped)
-      try RowIdentityMap.setPlace(place, db, group: context.group, host: context.host)
+      try context.place.change(db) { place in
+        place.applied = head
+        place.appliedOrigin = headOrigin
+      }
     }
-    context.place.applied = head
-    context.place.appliedOrigin = headOrigin
     context.logHead = max(context.logHead, head)
     context.divergence = nil
     context.emit(.resync(store: context.storeName, position: head, rows: rowCount, reason: reason))
@@ -696,10 +689,10 @@ struct Applier {
     for (table, rowIDs) in pending.rows {
       guard let shape = (try? TableShape.read(db, table: table, store: context.storeName)) ?? nil else { continue }
       for rowID in rowIDs.sorted() where try shape.values(db, rowID: rowID) == nil {
-        guard try RowIdentityMap.entry(db, table: table, rowID: rowID) == nil,
-          let tombstone = try RowIdentityMap.tombstone(db, table: table, formerRowID: rowID)
+        guard try GlobalIDTable.entry(db, table: table, rowID: rowID) == nil,
+          let tombstone = try GlobalIDTable.tombstone(db, table: table, formerRowID: rowID)
         else { continue }
-        try RowIdentityMap.set(.init(gid: tombstone.gid, rowID: rowID, position: 0), db, table: table)
+        try GlobalIDTable.set(.init(gid: tombstone.gid, rowID: rowID, position: 0), db, table: table)
       }
     }
   }
@@ -712,13 +705,13 @@ struct Applier {
     var removed = 0
     for table in try TableShape.userTables(db) {
       guard let shape = (try? TableShape.read(db, table: table, store: context.storeName)) ?? nil else { continue }
-      for (rowID, entry) in try RowIdentityMap.liveEntries(db, table: table)
+      for (rowID, entry) in try GlobalIDTable.liveEntries(db, table: table)
       where !(known[table]?.contains(entry.gid) ?? false) && !pass.pending.isDirty(table: table, rowID: rowID) {
         if try shape.values(db, rowID: rowID) != nil {
           try deleteRow(shape, rowID: rowID, position: 0, pass: pass, db)
           removed += 1
         }
-        try RowIdentityMap.set(.init(gid: entry.gid, rowID: nil, position: 0), db, table: table)
+        try GlobalIDTable.set(.init(gid: entry.gid, rowID: nil, position: 0), db, table: table)
       }
     }
     return removed

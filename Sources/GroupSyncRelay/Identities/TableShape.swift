@@ -104,7 +104,7 @@ struct TableShape: Sendable, Equatable {
   ///   one, which might be a deleted row's that has not shipped yet.
   private func freshRowID(_ db: Database) throws -> Int64 {
     let largestHere = try Int64.fetchOne(db.cachedStatement(sql: "SELECT max(rowid) FROM \(quotedName)")) ?? 0
-    let largestMapped = try RowIdentityMap.largestMappedRowID(db, table: name) ?? 0
+    let largestMapped = try GlobalIDTable.largestMappedRowID(db, table: name) ?? 0
     let largest = max(largestHere, largestMapped)
     guard largest < Int64.max else {
       throw RelayError.invalidEntry(

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GroupSync
 
 /// Whether a row merged from two writes is one the table accepts: its
 /// NOT NULL and CHECK constraints hold for the row alone (a CHECK across
@@ -23,7 +24,7 @@ enum MergeCheck {
         guard case .reference(let gid) = value else { return value }
         let parent = try context.referenceGraph(db).references(from: table)
           .first { $0.column.lowercased() == column.lowercased() }?.parent
-        let rowID = try parent.flatMap { try RowIdentityMap.resolve(db, table: $0, gid: gid)?.rowID }
+        let rowID = try parent.flatMap { try GlobalIDTable.resolve(db, table: $0, gid: gid)?.rowID }
         return rowID.map(RowValue.integer) ?? .null
       }
       return (sql, local)

@@ -36,8 +36,8 @@ final class ReplicaContext: @unchecked Sendable {
   /// Relations declared to the relay (the schema's own are read from it).
   let references: [RowReference]
   /// The places, as committed locally (`shipped` may lag PostgreSQL's
-  /// until ``Relay`` recovered it after a crash).
-  var place: RowIdentityMap.Place
+  /// until the session recovered it after a crash).
+  let place: ReplicaPlace
   /// The log's last position as last read or told by a notification.
   var logHead: Int64 = 0
   /// Entries past the applied place that notifications carried, by
@@ -72,7 +72,7 @@ final class ReplicaContext: @unchecked Sendable {
   /// ``carriedLimit`` entries wait; past that, the log is read instead.
   func take(_ hint: SharedLog.Hint) {
     logHead = max(logHead, hint.position)
-    guard let entry = hint.entry, entry.position > place.applied, carried.count < Self.carriedLimit else { return }
+    guard let entry = hint.entry, entry.position > place.current.applied, carried.count < Self.carriedLimit else { return }
     carried[entry.position] = entry
   }
 
@@ -97,10 +97,10 @@ final class ReplicaContext: @unchecked Sendable {
     self.failpoints = failpoints
     metrics = ReplicaMetrics(group: group, store: storeName, host: host, factory: metricsFactory)
     place = try store.write(author: author) { db in
-      try RowIdentityMap.setUp(db)
+      try GlobalIDTable.setUp(db)
       try HeldRows.setUp(db)
       try SchemaDrift.setUp(db)
-      return try RowIdentityMap.place(db, group: group, host: host)
+      return try ReplicaPlace(db, group: group, host: host)
     }
   }
 
@@ -109,12 +109,20 @@ final class ReplicaContext: @unchecked Sendable {
   @discardableResult
   func write<T>(_ body: (Database) throws -> T) throws -> T { try writeAndReturnChangeSet(body).result }
 
-  /// ``write(_:)``, also returning the change set it committed. A change
-  /// set right after the shipped place is skipped at once (the shipped
-  /// place moves past it in memory), so the next shipment need not read
-  /// the history to find it is the relay's own.
+  /// ``write(_:)``, also returning the change set it committed. The place
+  /// `body` changed is published once it committed. A change set right
+  /// after the shipped place is skipped at once (the shipped place moves
+  /// past it in memory), so the next shipment need not read the history to
+  /// find it is the relay's own.
   func writeAndReturnChangeSet<T>(_ body: (Database) throws -> T) throws -> (result: T, changeSet: ChangeSet?) {
-    let written = try store.writeAndReturnChangeSet(author: author, body)
+    let written: (result: T, changeSet: ChangeSet?)
+    do {
+      written = try store.writeAndReturnChangeSet(author: author, body)
+    } catch {
+      place.discard()
+      throw error
+    }
+    place.publish()
     skipOwn(written.changeSet)
     return written
   }
@@ -136,7 +144,7 @@ final class ReplicaContext: @unchecked Sendable {
   /// Moves the shipped place past `changeSet`, the relay's own, when it is
   /// the next one.
   func skipOwn(_ changeSet: ChangeSet?) {
-    if let sequence = changeSet?.sequence, sequence == place.shipped + 1 { place.shipped = sequence }
+    if let sequence = changeSet?.sequence, sequence == place.current.shipped + 1 { place.skip(through: sequence) }
   }
 
   /// Clears GRDB's schema cache of the writer connection `db` when another
@@ -225,7 +233,7 @@ final class ReplicaContext: @unchecked Sendable {
     /// (so a remote image of it is held, to be settled against that
     /// change). A row it has not (a tombstone) is never held: a table
     /// shipped whole ships only the rows the host has.
-    func holds(_ mapping: RowIdentityMap.Entry?, table: String) -> Bool {
+    func holds(_ mapping: GlobalIDTable.Entry?, table: String) -> Bool {
       guard let rowID = mapping?.rowID else { return false }
       return isDirty(table: table, rowID: rowID)
     }
@@ -234,12 +242,12 @@ final class ReplicaContext: @unchecked Sendable {
   func unshipped(_ db: Database) throws -> Unshipped {
     var result = Unshipped()
     result.head = try store.currentSequence(in: db)
-    guard result.head > place.shipped else { return result }
-    if let oldest = try store.oldestHistorySequence(in: db), oldest > place.shipped + 1 {
+    guard result.head > place.current.shipped else { return result }
+    if let oldest = try store.oldestHistorySequence(in: db), oldest > place.current.shipped + 1 {
       // Purged before it was shipped: which rows changed is unknown.
       result.everything = true
     }
-    var after = place.shipped
+    var after = place.current.shipped
     while after < result.head {
       let entries = try store.history(after: after, limit: 1000, in: db)
       guard let last = entries.last else { break }

@@ -27,7 +27,7 @@ struct Shipper {
     var warnings: [String] = []
     /// The values each updated row was made on (its image at its base), by
     /// table and global ID, where this host knows them.
-    var bases: [RowKey: RowIdentityMap.StoredBase] = [:]
+    var bases: [RowKey: GlobalIDTable.StoredBase] = [:]
   }
 
   /// What one call of ``ship(_:)`` did.
@@ -50,7 +50,7 @@ struct Shipper {
     guard plan.changeSets > 0 else {
       // Only the relay's own writes since the last shipment: nothing to
       // send; the place moves on in memory (and with the next shipment).
-      context.place.shipped = plan.through
+      context.place.skip(through: plan.through)
       return .nothing
     }
     switch try send(plan, log) {
@@ -60,7 +60,7 @@ struct Shipper {
       return .recover(.alreadyShipped(store: context.storeName, through: shipped))
     case .shipped(let position, let entry, let bytes, let caughtUp):
       try recordShipped(plan: plan, position: position, entry: entry, bytes: bytes, caughtUp: caughtUp)
-      if context.place.applied == position { log.recordApplied(context.replica, through: position) }
+      if context.place.current.applied == position { log.recordApplied(context.replica, through: position) }
       ReplicaMetrics.record(context.metrics.shipDuration, since: start)
       return .shipped
     }
@@ -73,7 +73,7 @@ struct Shipper {
   private func makePlan() throws -> Plan? {
     let context = self.context
     // Most wake-ups find nothing new: ask without a transaction first.
-    guard try context.store.currentSequence() > context.place.shipped else { return nil }
+    guard try context.store.currentSequence() > context.place.current.shipped else { return nil }
     return try context.store.read { db -> Plan? in
       // (A pool read refreshes GRDB's schema cache when another process
       // changed the schema.) A migration since the relay last reconciled with it ships on the
@@ -87,7 +87,7 @@ struct Shipper {
         return nil
       }
       let pending = try context.unshipped(db)
-      guard pending.head > context.place.shipped else { return nil }
+      guard pending.head > context.place.current.shipped else { return nil }
       var plan = Plan(
         through: pending.head, changeSets: pending.changeSets, tables: [], unsupported: [], notes: pending.notes)
       guard pending.changeSets > 0 || pending.everything else { return plan }
@@ -110,9 +110,9 @@ struct Shipper {
         var images: [RowImage] = []
         // A table shipped whole needs every mapping (those left over were
         // deleted); otherwise only the changed rows' own, looked up by rowid.
-        var mapped = whole ? try RowIdentityMap.liveEntries(db, table: table) : [:]
+        var mapped = whole ? try GlobalIDTable.liveEntries(db, table: table) : [:]
         func image(rowID: Int64, values: [RowValue]?) throws {
-          let entry = whole ? mapped.removeValue(forKey: rowID) : try RowIdentityMap.entry(db, table: table, rowID: rowID)
+          let entry = whole ? mapped.removeValue(forKey: rowID) : try GlobalIDTable.entry(db, table: table, rowID: rowID)
           if let entry {
             images.append(RowImage(gid: entry.gid, rowID: rowID, base: entry.position, values: values, lost: nil))
             if entry.position > 0, let base = entry.base { plan.bases[RowKey(table: table, gid: entry.gid)] = base }
@@ -158,8 +158,8 @@ struct Shipper {
         for (column, reference) in translated {
           guard case .integer(let rowID) = values[column] else { continue }
           if let gid = try assigned[reference.parent]?[rowID]
-            ?? RowIdentityMap.entry(db, table: reference.parent, rowID: rowID)?.gid
-            ?? RowIdentityMap.tombstone(db, table: reference.parent, formerRowID: rowID)?.gid
+            ?? GlobalIDTable.entry(db, table: reference.parent, rowID: rowID)?.gid
+            ?? GlobalIDTable.tombstone(db, table: reference.parent, formerRowID: rowID)?.gid
           {
             values[column] = .reference(gid)
           } else {
@@ -410,35 +410,30 @@ struct Shipper {
   private func recordShipped(plan: Plan, position: Int64, entry: LogEntry, bytes: Int, caughtUp: [CaughtUp]) throws {
     let context = self.context
     let origin = EntryOrigin(host: context.host, sequence: plan.through)
-    let appliedAsIs = position == context.place.applied + 1 && context.divergence == nil
+    let appliedAsIs = position == context.place.current.applied + 1 && context.divergence == nil
       && entry.conflicts.isEmpty && entry.tables.allSatisfy { $0.rows.allSatisfy { $0.lost != true } }
-    let bookkeeping = try context.store.writeAndReturnChangeSet(author: context.author) { db in
+    try context.write { db in
       try Self.recordWinners(entry, position: position, db)
       for row in caughtUp {
         // (A row made again here at the same rowid since stays.)
         var deleted = false
-        if row.values == nil, let rowID = try RowIdentityMap.entry(db, table: row.table, gid: row.gid)?.rowID {
+        if row.values == nil, let rowID = try GlobalIDTable.entry(db, table: row.table, gid: row.gid)?.rowID {
           deleted = try TableShape.read(db, table: row.table, store: "")?.values(db, rowID: rowID) == nil
         }
-        try RowIdentityMap.raisePosition(
+        try GlobalIDTable.raisePosition(
           db, table: row.table, gid: row.gid, to: row.position, deleted: deleted,
-          base: row.values.map { RowIdentityMap.StoredBase($0, columns: row.columns) })
+          base: row.values.map { GlobalIDTable.StoredBase($0, columns: row.columns) })
       }
-      var place = try RowIdentityMap.place(db, group: context.group, host: context.host)
-      place.shipped = max(place.shipped, plan.through)
-      place.lastShipment = plan.through
-      if appliedAsIs {
-        place.applied = position
-        place.appliedOrigin = origin
+      try context.place.change(db) { place in
+        place.shipped = max(place.shipped, plan.through)
+        place.lastShipment = plan.through
+        if appliedAsIs {
+          place.applied = position
+          place.appliedOrigin = origin
+        }
       }
-      try RowIdentityMap.setPlace(place, db, group: context.group, host: context.host)
     }
-    context.place.shipped = max(context.place.shipped, plan.through)
-    context.place.lastShipment = plan.through
-    context.skipOwn(bookkeeping.changeSet)
     if appliedAsIs {
-      context.place.applied = position
-      context.place.appliedOrigin = origin
       context.countApplied(1)
       context.emit(.applied(store: context.storeName, position: position, entries: 1, rows: 0, localSequence: nil))
     }
@@ -476,11 +471,11 @@ struct Shipper {
     for table in entry.tables {
       let shape = try TableShape.read(db, table: table.name, store: "")
       for row in table.rows {
-        let known = try RowIdentityMap.entry(db, table: table.name, gid: row.gid)
+        let known = try GlobalIDTable.entry(db, table: table.name, gid: row.gid)
         if let rowID = row.rowID, row.values != nil, known == nil,
-          try RowIdentityMap.entry(db, table: table.name, rowID: rowID) == nil
+          try GlobalIDTable.entry(db, table: table.name, rowID: rowID) == nil
         {
-          try RowIdentityMap.set(.init(gid: row.gid, rowID: rowID, position: 0), db, table: table.name)
+          try GlobalIDTable.set(.init(gid: row.gid, rowID: rowID, position: 0), db, table: table.name)
         }
         guard row.lost != true else { continue }
         var deleted = false
@@ -488,14 +483,14 @@ struct Shipper {
           deleted = try shape?.values(db, rowID: rowID) == nil
         }
         // The values the log now holds for the row: the next update's base.
-        let base = row.values.map { values -> RowIdentityMap.StoredBase in
+        let base = row.values.map { values -> GlobalIDTable.StoredBase in
           let (columns, values) = (row.assignments(table.columns).columns, values)
-          guard row.isPartial else { return RowIdentityMap.StoredBase(values, columns: columns) }
+          guard row.isPartial else { return GlobalIDTable.StoredBase(values, columns: columns) }
           var merged = known?.base?.values ?? [:]
           for (column, value) in zip(columns, values) { merged[column.lowercased()] = value }
-          return RowIdentityMap.StoredBase(merged)
+          return GlobalIDTable.StoredBase(merged)
         }
-        try RowIdentityMap.raisePosition(
+        try GlobalIDTable.raisePosition(
           db, table: table.name, gid: row.gid, to: position, deleted: deleted, base: base)
       }
     }

@@ -238,9 +238,9 @@ final class GroupHost: @unchecked Sendable {
       var rows: [String: [String]] = [:]
       let columns = try db.columns(in: table).map(\.name).filter { $0 != "id" }
       let select = columns.map { "t.\($0.quotedDatabaseIdentifier)" }.joined(separator: ", ")
-      let hasMap = try db.tableExists(RowIdentityMap.rowTable)
+      let hasMap = try db.tableExists(GlobalIDTable.name)
       let join = hasMap
-        ? "LEFT JOIN \(RowIdentityMap.rowTable) m ON m.tbl = '\(table)' AND m.local_rowid = t.rowid" : ""
+        ? "LEFT JOIN \(GlobalIDTable.name) m ON m.tbl = '\(table)' AND m.local_rowid = t.rowid" : ""
       for row in try Row.fetchAll(db, sql: "SELECT \(hasMap ? "m.gid" : "NULL"), t.rowid, \(select) FROM \(table) t \(join)") {
         let gid: String = row[0] ?? "unmapped rowid \(row[1] as Int64)"
         rows[gid] = (0..<columns.count).map { (row[$0 + 2] as DatabaseValue).description }
