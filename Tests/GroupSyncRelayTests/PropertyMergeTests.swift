@@ -33,7 +33,7 @@ import Testing
     #expect(result.values == [title, .text("g1"), .integer(6)])
     #expect(result.conflicts.count == 1)
     let record = result.conflicts[0]
-    #expect(record.columns == ["title"] && record.base == [.text("t0")] && record.rule == policy.rawValue)
+    #expect(record.columns == ["title"] && record.base == [.text("t0")] && record.rule == .policy(policy))
     #expect(record.winnerValues == [title] && record.winnerHost == (policy == .objectTrump ? "b" : "a"))
     #expect(record.loserValues == [policy == .objectTrump ? .text("theirs") : .text("ours")])
     #expect(record.reason == nil)

@@ -169,9 +169,8 @@ extension Applier {
     for table in entry.tables { for row in table.rows { named.insert(table.name + "/" + row.gid) } }
     for follower in pass.followers where !named.contains(follower.table + "/" + (follower.gid ?? "")) {
       report(
-        parentDeleted: follower.reference, parent: nil, table: follower.table,
-        gid: follower.gid ?? "unshipped rowid \(follower.rowID)", columns: follower.columns, values: follower.values,
-        position: position)
+        parentDeleted: follower.reference, parent: nil, table: follower.table, gid: follower.gid,
+        rowID: follower.rowID, columns: follower.columns, values: follower.values, position: position)
     }
   }
 
@@ -179,13 +178,15 @@ extension Applier {
   /// deletion won, and the row followed it.
   /// (Not for this host's own entries: see ``Pass/ownEntry``.)
   func report(
-    parentDeleted reference: RowReference, parent: String?, table: String, gid: String, columns: [String],
-    values: [RowValue]?, position: Int64
+    parentDeleted reference: RowReference, parent: String?, table: String, gid: String?, rowID: Int64? = nil,
+    columns: [String], values: [RowValue]?, position: Int64
   ) {
+    // A row of this host not shipped yet has no global ID: its rowid tells.
     let record = ConflictRecord(
-      store: context.storeName, table: table, gid: gid, sequence: position, columns: columns,
-      winnerHost: "deletion of \(reference.parent)" + (parent.map { " row \($0)" } ?? ""), winnerValues: nil,
-      loserHost: "gid \(gid)", loserValues: values, rule: "parent-deleted:\(reference.onDelete.rawValue)")
+      store: context.storeName, table: table, gid: gid ?? "unshipped rowid \(rowID ?? 0)", sequence: position,
+      columns: columns,
+      winnerHost: "", winnerValues: nil, loserHost: "", loserValues: values, rule: .parentDeleted(reference.onDelete),
+      winnerRow: parent, loserRow: gid)
     context.tell(record)
   }
 }

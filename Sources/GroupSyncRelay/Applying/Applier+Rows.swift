@@ -147,7 +147,7 @@ extension Applier {
     }
     // The values of the image as the log has them, for the next update's
     // changed columns.
-    let base = try image.values.map { shipped -> GlobalIDTable.StoredBase in
+    let base = image.values.map { shipped -> GlobalIDTable.StoredBase in
       guard image.isPartial else { return GlobalIDTable.StoredBase(shipped, columns: columns) }
       var merged = mapping?.base?.values ?? [:]
       for (column, value) in zip(columns, shipped) { merged[column.lowercased()] = value }

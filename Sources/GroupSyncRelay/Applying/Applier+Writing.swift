@@ -50,11 +50,11 @@ extension Applier {
         let holderPosition = holderEntry.map { $0.position > 0 ? $0.position : Int64.max } ?? Int64.max
         var record = ConflictRecord(
           store: context.storeName, table: shape.name, gid: image.gid, sequence: position, columns: shape.columns,
-          winnerHost: "", winnerValues: nil, loserHost: "", loserValues: nil, rule: "unique-key")
+          winnerHost: "", winnerValues: nil, loserHost: "", loserValues: nil, rule: .uniqueKey)
         if holderPosition < position {
-          record.winnerHost = "gid \(holderEntry?.gid ?? "?")"
+          record.winnerRow = holderEntry?.gid
           record.winnerValues = holderValues
-          record.loserHost = "gid \(image.gid)"
+          record.loserRow = image.gid
           record.loserValues = image.values
           context.tell(record)
           if target == nil, let holderEntry {
@@ -63,9 +63,9 @@ extension Applier {
           }
           return .unchanged
         }
-        record.winnerHost = "gid \(image.gid)"
+        record.winnerRow = image.gid
         record.winnerValues = image.values
-        record.loserHost = "gid \(holderEntry?.gid ?? "unshipped rowid \(holder)")"
+        record.loserRow = holderEntry?.gid
         record.loserValues = holderValues
         context.tell(record)
         guard target == nil else {
@@ -89,8 +89,8 @@ extension Applier {
         target = holder
       }
     }
-    throw RelayError.invalidEntry(
-      store: context.storeName, sequence: position, reason: "row \(image.gid) of \(shape.name) keeps hitting unique keys")
+    throw RelayError.uniqueKeysKeepColliding(
+      store: context.storeName, table: shape.name, gid: image.gid, position: position)
   }
 
   /// The local row holding the unique key `error` names, found by the

@@ -159,7 +159,7 @@ struct Applier {
     var rowCount = 0
     context.failpoints.waitAtApplyGate(stop: context.stop)
     var taken = 0
-    let (_, changeSet) = try context.writeAndReturnChangeSet { db in
+    let (stored, changeSet) = try context.writeAndReturnChangeSet { db -> Bool in
       // Another process may have changed the schema since GRDB cached it.
       try context.refreshSchemaCache(db)
       let pass = try Pass(context, db)
@@ -190,15 +190,22 @@ struct Applier {
       // Entries that changed nothing here (this host's own, mostly) leave
       // the stored place behind, and the transaction commits nothing: a
       // relay restarted there reads them again and skips them again.
-      guard db.totalChangesCount != changesBefore || notesAdded else { return }
+      guard db.totalChangesCount != changesBefore || notesAdded else { return false }
       let last = entries[taken - 1]
       try context.place.change(db) { place in
         place.applied = last.position
         place.appliedOrigin = EntryOrigin(host: last.origin, sequence: last.originSequence)
       }
+      return true
     }
     let applied = entries[..<taken]
     let last = entries[taken - 1]
+    if !stored {
+      context.place.pass { place in
+        place.applied = last.position
+        place.appliedOrigin = EntryOrigin(host: last.origin, sequence: last.originSequence)
+      }
+    }
     context.emit(
       .applied(
         store: context.storeName, position: last.position, entries: applied.count, rows: rowCount,

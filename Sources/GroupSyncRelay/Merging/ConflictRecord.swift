@@ -60,18 +60,22 @@ public struct ConflictRecord: Codable, Sendable, Equatable {
   /// The columns the values list: the one column in conflict, or every
   /// column of the row.
   public var columns: [String]
-  /// The winner's and the loser's host and values (nil: deleted).
+  /// The winner's and the loser's host and values (nil: deleted). The
+  /// hosts are empty where two rows rather than two hosts' writes met
+  /// (`unique-key`, `parent-deleted:`): ``winnerRow`` and ``loserRow``
+  /// name them.
   public var winnerHost: String
   public var winnerValues: [RowValue]?
   public var loserHost: String
   public var loserValues: [RowValue]?
-  /// The rule that settled it: `object-trump`, `store-trump`, `merge:NAME`
-  /// (a merge of the program's own: the winner's values are what it
-  /// returned), or `unique-key` (two rows with the same value of a unique
-  /// index: the one earlier in the log keeps it, the other is not
-  /// applied). Relays before log format 2 wrote `last-writer-wins` and
-  /// `first-writer-wins`.
-  public var rule: String
+  /// The rule that settled it (see ``ConflictRule``).
+  public var rule: ConflictRule
+  /// Where two rows met: the global ID of the row that won (the row that
+  /// held the unique key first; the deleted parent, in the reference's
+  /// parent table, where known) and of the row that lost (nil: a row of
+  /// this host not shipped yet, which has none).
+  public var winnerRow: String? = nil
+  public var loserRow: String? = nil
   /// The values of ``columns`` both writes were made on, where the writer
   /// knew them (a column conflict of log format 2).
   public var base: [RowValue]? = nil
@@ -86,7 +90,7 @@ public struct ConflictRecord: Codable, Sendable, Equatable {
   public var reason: String? = nil
 
   enum CodingKeys: String, CodingKey {
-    case store, table, gid, sequence, columns, winnerHost, winnerValues, loserHost, loserValues, rule, base, merged,
-      reason
+    case store, table, gid, sequence, columns, winnerHost, winnerValues, loserHost, loserValues, rule, winnerRow,
+      loserRow, base, merged, reason
   }
 }

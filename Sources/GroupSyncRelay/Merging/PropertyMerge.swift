@@ -80,7 +80,7 @@ struct PropertyMerge {
       var record = ConflictRecord(
         store: store, table: table, gid: gid, sequence: 0, columns: [column],
         winnerHost: ourHost, winnerValues: [ours[index]], loserHost: theirHost, loserValues: [theirs[index]],
-        rule: "", base: values.base.map { [$0] })
+        rule: .policy(rules.policy(of: table)), base: values.base.map { [$0] })
       var policy = rules.policy(of: table)
       switch rules.rule(table: table, column: column) {
       case .policy(let own):
@@ -88,7 +88,7 @@ struct PropertyMerge {
       case .merge(let custom):
         do {
           merged[index] = try custom.merge(values)
-          record.rule = "merge:" + custom.name
+          record.rule = .merge(name: custom.name)
           record.merged = [merged[index]]
           conflicts.append(record)
           continue
@@ -96,7 +96,7 @@ struct PropertyMerge {
           record.reason = "merge '\(custom.name)' failed (\(error)); settled by \(policy.rawValue)"
         }
       }
-      record.rule = policy.rawValue
+      record.rule = .policy(policy)
       if policy == .objectTrump {
         merged[index] = ours[index]
       } else {
@@ -115,7 +115,7 @@ struct PropertyMerge {
     var record = ConflictRecord(
       store: store, table: table, gid: gid, sequence: 0, columns: columns,
       winnerHost: ourHost, winnerValues: ours, loserHost: theirHost, loserValues: theirs,
-      rule: policy.rawValue, reason: reason)
+      rule: .policy(policy), reason: reason)
     if policy == .storeTrump {
       swap(&record.winnerHost, &record.loserHost)
       swap(&record.winnerValues, &record.loserValues)

@@ -19,6 +19,13 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
   /// An entry of the shared log cannot be decoded or does not follow the
   /// one before it.
   case invalidEntry(store: String, sequence: Int64, reason: String)
+  /// A row of an entry kept meeting rows of this host with the same value
+  /// of a unique key (each one given way, the next one hit): nothing of the
+  /// entry was applied.
+  case uniqueKeysKeepColliding(store: String, table: String, gid: String, position: Int64)
+  /// The server answered `statement` with something the relay cannot take
+  /// (`problem` says what): its objects were changed by hand, or a bug.
+  case unexpectedAnswer(statement: String, problem: String)
   /// A system call failed (the same error the core throws).
   case system(SystemCallError)
   /// A setting is not acceptable (host or group name, retention,
@@ -65,7 +72,9 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
   /// drops the connection.
   var leavesConnectionUsable: Bool {
     switch self {
-    case .schemaMismatch, .unsupportedTable, .invalidEntry, .unreadableFormat: true
+    case .schemaMismatch, .unsupportedTable, .invalidEntry, .unreadableFormat, .uniqueKeysKeepColliding,
+      .unexpectedAnswer:
+      true
     case .postgres(_, _, let state?):
       // The connection broke, the server ends the session, or it failed
       // inside: start over.
@@ -90,6 +99,11 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
       return "table '\(table)' of store '\(store)' is not replicated: \(reason)"
     case .invalidEntry(let store, let sequence, let reason):
       return "invalid entry #\(sequence) of store '\(store)' in the shared log: \(reason)"
+    case .uniqueKeysKeepColliding(let store, let table, let gid, let position):
+      return "entry #\(position) of store '\(store)': row \(gid) of \(table) keeps hitting unique keys of other rows "
+        + "here; nothing of the entry was applied"
+    case .unexpectedAnswer(let statement, let problem):
+      return "unexpected answer of the server to \(statement): \(problem)"
     case .system(let error):
       return error.description
     case .invalidConfiguration(let text):

@@ -137,14 +137,14 @@ final class ReplicaContext: @unchecked Sendable {
   /// here): counted, by rule, and emitted.
   func tell(_ conflict: ConflictRecord) {
     conflicts += 1
-    metrics.conflict(rule: conflict.rule)
+    metrics.conflict(rule: conflict.rule.rawValue)
     emit(.conflict(conflict))
   }
 
   /// Moves the shipped place past `changeSet`, the relay's own, when it is
   /// the next one.
   func skipOwn(_ changeSet: ChangeSet?) {
-    if let sequence = changeSet?.sequence, sequence == place.current.shipped + 1 { place.skip(through: sequence) }
+    if let sequence = changeSet?.sequence, sequence == place.current.shipped + 1 { place.pass { $0.shipped = sequence } }
   }
 
   /// Clears GRDB's schema cache of the writer connection `db` when another

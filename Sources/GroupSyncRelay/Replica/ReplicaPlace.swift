@@ -102,11 +102,12 @@ final class ReplicaPlace {
   /// The transaction that changed the place rolled back.
   func discard() { pending = nil }
 
-  /// Moves the shipped place past local sequences that need no shipment
-  /// (the relay's own writes), in memory only: it is stored with the next
-  /// change (the history would show them the relay's own again).
-  func skip(through sequence: Int64) {
-    current.shipped = max(current.shipped, sequence)
+  /// Moves the place in memory only, past what changed nothing here (the
+  /// relay's own writes, which need no shipment; entries that applied
+  /// nothing): it is stored with the next change, and a relay restarted
+  /// before passes them again, to the same effect.
+  func pass(_ change: (inout Place) -> Void) {
+    change(&current)
   }
 }
 

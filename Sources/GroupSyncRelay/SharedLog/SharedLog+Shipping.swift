@@ -125,7 +125,7 @@ extension SharedLog {
         PostgresArray.literal(shipment.winners.map { String($0.base) }),
         PostgresArray.literal(shipment.winners.map(\.columns)), PostgresArray.literal(shipment.winners.map(\.data)),
         PostgresArray.literal(conflicts.map(\.table)), PostgresArray.literal(conflicts.map(\.gid)),
-        PostgresArray.literal(conflicts.map(\.rule)), PostgresArray.literal(conflicts.map(\.winnerHost)),
+        PostgresArray.literal(conflicts.map(\.rule.rawValue)), PostgresArray.literal(conflicts.map(\.winnerHost)),
         PostgresArray.literal(conflicts.map(\.loserHost)), PostgresArray.literal(shipment.conflicts.map(\.json)),
         settled ? "true" : "false", String(shipment.format.rawValue),
       ])

@@ -92,7 +92,8 @@ extension Shipper {
           conflicts: conflicts),
         settled: true)
       guard case .shipped(let position) = shipped else {
-        throw RelayError.invalidEntry(store: context.storeName, sequence: 0, reason: "a settled shipment was refused")
+        throw RelayError.unexpectedAnswer(
+          statement: "gs_ship_2", problem: "a settled shipment of store '\(context.storeName)' was refused (\(shipped))")
       }
       for index in entry.conflicts.indices { entry.conflicts[index].sequence = position }
       return .shipped(position: position, entry: entry, bytes: body.utf8.count, caughtUp: caughtUp)

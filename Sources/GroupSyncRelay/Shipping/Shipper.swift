@@ -50,7 +50,7 @@ struct Shipper {
     guard plan.changeSets > 0 else {
       // Only the relay's own writes since the last shipment: nothing to
       // send; the place moves on in memory (and with the next shipment).
-      context.place.skip(through: plan.through)
+      context.place.pass { $0.shipped = max($0.shipped, plan.through) }
       return .nothing
     }
     switch try send(plan, log) {
