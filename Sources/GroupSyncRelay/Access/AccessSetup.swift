@@ -1,3 +1,5 @@
+// The administrator's set-up (`--print-setup`): the shared tables, one
+// login role per host with only the grants a relay needs, row-level security.
 import Foundation
 import GroupSync
 

@@ -1,3 +1,6 @@
+// References between rows across hosts: global IDs translated to this
+// host's keys, children that wait for a parent, and rows that follow a
+// parent deleted elsewhere.
 import Foundation
 import GRDB
 import GroupSync

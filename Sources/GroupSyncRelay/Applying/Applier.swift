@@ -1,3 +1,6 @@
+// Applying the shared log to the local store: entries read (carried by
+// notifications, or from the log) and applied in order, one transaction
+// at a time, with the applied place in the same transaction.
 import Foundation
 import GRDB
 import GroupSync

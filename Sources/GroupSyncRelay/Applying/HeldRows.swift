@@ -1,3 +1,5 @@
+// Row images held back here until what they need arrives (a parent row,
+// a table or column after a migration), kept in the store.
 import Foundation
 import GRDB
 

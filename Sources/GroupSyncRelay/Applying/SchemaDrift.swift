@@ -1,3 +1,5 @@
+// The columns this host's schema lacks or gained against an entry's:
+// values kept for columns it will have, and entries held for ones it dropped.
 import Foundation
 import GRDB
 import GroupSync

@@ -1,3 +1,5 @@
+// The store's references between tables (its foreign keys and those
+// declared to the relay), read once per schema version.
 import Foundation
 import GRDB
 

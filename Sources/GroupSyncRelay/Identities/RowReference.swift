@@ -1,3 +1,5 @@
+// A reference declared to the relay: a column that holds another
+// table's key, and what a deletion of that row does to it.
 import Foundation
 import GRDB
 

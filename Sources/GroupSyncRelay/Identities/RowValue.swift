@@ -1,3 +1,4 @@
+// One column's value as the log carries it (references as global IDs).
 import Foundation
 import GRDB
 

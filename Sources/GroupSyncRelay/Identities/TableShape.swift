@@ -1,3 +1,5 @@
+// A replicated table as the relay reads and writes it: its columns, its
+// rowid column, and the statements on one row.
 import Foundation
 import GroupSync
 import GRDB

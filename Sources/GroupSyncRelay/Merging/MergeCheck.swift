@@ -1,3 +1,5 @@
+// Whether a merged row keeps its table's NOT NULL and CHECK constraints,
+// tried in a scratch in-memory copy of the table.
 import Foundation
 import GRDB
 import GroupSync

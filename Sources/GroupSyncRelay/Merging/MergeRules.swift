@@ -1,3 +1,5 @@
+// The merge rules: a policy for the group, per table and per column,
+// merges of the program's own, and tables settled as whole rows.
 import Foundation
 
 /// How a group's relays settle concurrent writes: a policy for the group,

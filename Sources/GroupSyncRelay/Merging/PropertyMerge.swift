@@ -1,3 +1,5 @@
+// Two concurrent writes of one row merged column by column against the
+// values both were made on.
 import Foundation
 
 /// Settles one row two hosts wrote concurrently, column by column, as a

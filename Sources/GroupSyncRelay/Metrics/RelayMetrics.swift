@@ -1,3 +1,4 @@
+// The names and labels of the relay's metrics, for dashboards.
 import CoreMetrics
 
 /// The names of the metrics a ``Relay`` reports through swift-metrics, and

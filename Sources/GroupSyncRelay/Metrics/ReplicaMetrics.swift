@@ -1,3 +1,5 @@
+// One replicated store's metrics: shipped and applied entries, lag,
+// conflicts by rule, rows held by reason, durations.
 import CoreMetrics
 
 /// One replicated store's metrics (see ``RelayMetrics``), made once when

@@ -1,3 +1,4 @@
+// Where each member of a group stands (`--fleet`): versions, formats, places.
 import Foundation
 
 /// Where a group's fleet stands, as the server knows it: the log format

@@ -1,3 +1,4 @@
+// What a relay is told: its folder, server, names, stores, rules and limits.
 import CoreMetrics
 import Foundation
 

@@ -1,3 +1,4 @@
+// What a relay tells, in order, through `events` and `onEvent`.
 import Foundation
 
 /// What a relay did, in order, as ``Relay/events`` delivers it.

@@ -1,3 +1,4 @@
+// The bounds on every wait on the server, and their checks.
 import Foundation
 
 /// How long the relay waits on PostgreSQL, at most, for each thing it

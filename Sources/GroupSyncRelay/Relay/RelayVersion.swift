@@ -1,3 +1,5 @@
+// A relay's version: the log formats it reads and writes, and the
+// server schema it speaks.
 import Foundation
 
 /// This relay's version, and the log formats and server schema it speaks.

@@ -1,3 +1,5 @@
+// What a replicated store's shipper and applier share: the store, its
+// names in the log, its place, its caches and what it has not shipped.
 import CoreMetrics
 import Foundation
 import GRDB

@@ -1,3 +1,4 @@
+// Whether a local commit rang since the relay's thread last looked.
 import Foundation
 
 /// Whether a local commit rang since the relay's thread last looked: set

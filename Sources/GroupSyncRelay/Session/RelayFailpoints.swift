@@ -1,3 +1,5 @@
+// Faults a test asks a relay process for, at instants no outside fault
+// can hit on purpose.
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -1,3 +1,4 @@
+// A pipe that wakes the relay's thread from another (a local commit, a stop).
 import Foundation
 import GroupSync
 #if canImport(Glibc)

@@ -1,3 +1,5 @@
+// Shipping local commits to the shared log: the plan of what is pending
+// (rows, references, notes) read in one snapshot, then sent.
 import Foundation
 import GRDB
 import GroupSync
