@@ -107,8 +107,8 @@ enum {
 /// The capture owns the pre-update hook and no other hook: on a connection
 /// that GRDB.swift owns, commit, rollback, update hooks and the authorizer
 /// are GRDB's, and the owner of the connection tells the capture of
-/// commits and rollbacks through gs_capture_will_commit, did_commit and
-/// did_rollback. Without the pre-update hook (SQLite built without it, or
+/// commits and rollbacks through gs_capture_will_commit and
+/// gs_capture_end_transaction. Without the pre-update hook (SQLite built without it, or
 /// GS_CAPTURE_NO_PREUPDATE_HOOK) the owner feeds rows with
 /// gs_capture_record.
 ///
@@ -191,10 +191,15 @@ void gs_capture_mark_sequenced(gs_capture_t *capture);
 /// GS_CAPTURE_UNSEQUENCED / GS_CAPTURE_OVERFLOWED to refuse it.
 int gs_capture_will_commit(const gs_capture_t *capture);
 
-/// To call once the transaction committed or rolled back: drops what it
-/// captured.
-void gs_capture_did_commit(gs_capture_t *capture);
-void gs_capture_did_rollback(gs_capture_t *capture);
+/// To call once the transaction ended, committed or rolled back alike:
+/// drops everything it captured (rows, net rows, invalidated tables, the
+/// sequenced mark, the overflow). A rollback needs nothing more: what a
+/// committed transaction captured was consumed before COMMIT, what a
+/// rolled-back one captured is void, and savepoints rolled back inside a
+/// transaction leave their rows to be checked against the store (see
+/// gs_net_rows). Interned and ignored tables are kept for the capture's
+/// life.
+void gs_capture_end_transaction(gs_capture_t *capture);
 
 /// Nonzero if memory ran out while capturing the open transaction.
 int gs_capture_overflowed(const gs_capture_t *capture);

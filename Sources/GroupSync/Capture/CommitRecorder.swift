@@ -1,3 +1,5 @@
+// A store's commit recorder: what a write records from BEGIN to the
+// committed change set, as GRDB's transaction observer.
 import CGroupSync
 import Foundation
 import GRDB
@@ -395,7 +397,7 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
     migrationRecorded = false
     writtenTables.removeAll(keepingCapacity: true)
     sequencedWrittenTables = 0
-    capture.transactionEnded()
+    capture.endTransaction()
   }
 }
 

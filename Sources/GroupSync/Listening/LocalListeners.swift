@@ -13,6 +13,10 @@ final class LocalListeners: Sendable {
     entries.withLock { $0[group, default: [:]][ObjectIdentifier(inbox)] = WeakInbox(inbox: inbox) }
   }
 
+  func remove(_ inbox: any InProcessInbox, group: String) {
+    remove(ObjectIdentifier(inbox), group: group)
+  }
+
   /// Removes the inbox `id` names (an `ObjectIdentifier` of it), also
   /// from its deinit, when no reference to it can be made any more.
   func remove(_ id: ObjectIdentifier, group: String) {
