@@ -298,6 +298,15 @@ typedef void (*gs_watch_cb)(void *_Nullable context, uint64_t watch_id,
 int gs_watcher_create(gs_watch_cb callback, void *_Nullable context,
                       gs_watcher_t *_Nullable *_Nonnull out);
 
+/// Which libuv call failed, and with what (gs_watcher_add).
+typedef struct {
+  /// The libuv function, such as "uv_fs_event_start" (a static string);
+  /// NULL when none failed.
+  const char *_Nullable call;
+  /// Its error: a UV_E* code, on Linux a negated errno; 0 when none.
+  int code;
+} gs_uv_failure;
+
 /// Watches the folder the caller holds open as `dirfd`, which must stay
 /// open until the watch is removed, and rescans it every `rescan_ms`
 /// milliseconds (0: never); `flags` 0 reports every change,
@@ -306,10 +315,11 @@ int gs_watcher_create(gs_watch_cb callback, void *_Nullable context,
 /// its removal (no link left) and its rescans are looked at through the
 /// descriptor, without a path walk. Callable from any thread; waits until
 /// the watch is running or failed. `*watch_id` is passed to every callback
-/// of this watch. On a libuv failure returns GS_EUV and stores the uv code
-/// in `*uv_error`.
+/// of this watch. On a libuv failure returns GS_EUV and stores the call
+/// that failed and its code in `*uv_failure`.
 int gs_watcher_add(gs_watcher_t *watcher, int dirfd, uint64_t rescan_ms,
-                   unsigned flags, uint64_t *watch_id, int *uv_error);
+                   unsigned flags, uint64_t *watch_id,
+                   gs_uv_failure *uv_failure);
 
 /// Asks the loop thread to call the watch's callback once with
 /// GS_EVENT_WAKE, and returns at once: how another thread hands work to a
