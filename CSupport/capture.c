@@ -199,7 +199,7 @@ static void gs__preupdate(void *context, sqlite3 *db, int op,
   }
 }
 
-static void gs__end_transaction(gs_capture_t *c) {
+void gs_capture_end_transaction(gs_capture_t *c) {
   c->pending_count = 0;
   c->nets_valid = false;
   if (c->invalidated_count) {
@@ -332,10 +332,6 @@ int gs_capture_will_commit(const gs_capture_t *c) {
   if (c->changes != c->sequenced_changes) return GS_CAPTURE_UNSEQUENCED;
   return 0;
 }
-
-void gs_capture_did_commit(gs_capture_t *c) { gs__end_transaction(c); }
-
-void gs_capture_did_rollback(gs_capture_t *c) { gs__end_transaction(c); }
 
 int gs_capture_overflowed(const gs_capture_t *c) { return c->overflowed; }
 

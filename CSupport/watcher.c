@@ -48,7 +48,7 @@ struct gs__cmd_s {
   uint64_t rescan_ms;  // add
   unsigned flags;      // add
   uint64_t watch_id;   // add: out; remove: in
-  int uv_error;        // add: out
+  gs_uv_failure uv_failure;  // add, and a failed send: out
   int result;
   int done;
 };
@@ -205,7 +205,8 @@ static void gs__close_watch(gs__watch_t *watch, gs__cmd_t *cmd) {
 }
 
 static int gs__do_add(gs_watcher_t *w, int dirfd, uint64_t rescan_ms,
-                      unsigned flags, uint64_t *watch_id, int *uv_error) {
+                      unsigned flags, uint64_t *watch_id,
+                      gs_uv_failure *uv_failure) {
   gs__watch_t *watch = calloc(1, sizeof(*watch));
   if (watch == NULL)
     return GS_ENOMEM;
@@ -216,7 +217,7 @@ static int gs__do_add(gs_watcher_t *w, int dirfd, uint64_t rescan_ms,
   if (rc != 0) {
     // A handle whose init failed is not registered with the loop.
     free(watch);
-    *uv_error = rc;
+    *uv_failure = (gs_uv_failure){.call = "uv_fs_event_init", .code = rc};
     return GS_EUV;
   }
   watch->event.data = watch;
@@ -224,19 +225,22 @@ static int gs__do_add(gs_watcher_t *w, int dirfd, uint64_t rescan_ms,
   // holds, whatever its path became (libuv keeps a copy).
   char path[64];
   snprintf(path, sizeof path, "/proc/self/fd/%d", dirfd);
+  const char *call = "uv_fs_event_start";
   rc = uv_fs_event_start(&watch->event, gs__on_fs_event, path, 0);
   if (rc == 0 && rescan_ms > 0) {
+    call = "uv_timer_init";
     rc = uv_timer_init(&w->loop, &watch->timer);
     if (rc == 0) {
       watch->has_timer = 1;
       watch->timer.data = watch;
+      call = "uv_timer_start";
       rc = uv_timer_start(&watch->timer, gs__on_timer, rescan_ms, rescan_ms);
     }
   }
   if (rc != 0) {
     // Initialised handles must be closed before the memory can go.
     gs__close_watch(watch, NULL);
-    *uv_error = rc;
+    *uv_failure = (gs_uv_failure){.call = call, .code = rc};
     return GS_EUV;
   }
 
@@ -317,7 +321,7 @@ static void gs__on_async(uv_async_t *async) {
     switch (cmd->kind) {
       case GS__CMD_ADD:
         rc = gs__do_add(w, cmd->dirfd, cmd->rescan_ms, cmd->flags,
-                        &cmd->watch_id, &cmd->uv_error);
+                        &cmd->watch_id, &cmd->uv_failure);
         gs__complete(w, cmd, rc);
         break;
       case GS__CMD_REMOVE:
@@ -367,7 +371,7 @@ static int gs__submit(gs_watcher_t *w, gs__cmd_t *cmd) {
   int rc = uv_async_send(&w->async);
   if (rc != 0) {
     gs__unlock(w);
-    cmd->uv_error = rc;
+    cmd->uv_failure = (gs_uv_failure){.call = "uv_async_send", .code = rc};
     return GS_EUV;
   }
   cmd->next = NULL;
@@ -461,16 +465,17 @@ fail_mutex:
 }
 
 int gs_watcher_add(gs_watcher_t *watcher, int dirfd, uint64_t rescan_ms,
-                   unsigned flags, uint64_t *watch_id, int *uv_error) {
-  if (watcher == NULL || dirfd < 0 || watch_id == NULL || uv_error == NULL)
+                   unsigned flags, uint64_t *watch_id,
+                   gs_uv_failure *uv_failure) {
+  if (watcher == NULL || dirfd < 0 || watch_id == NULL || uv_failure == NULL)
     return GS_EINVAL;
   *watch_id = 0;
-  *uv_error = 0;
+  *uv_failure = (gs_uv_failure){0};
   if (gs__on_loop_thread(watcher)) {
     // From the callback: waiting for the loop would deadlock, and we are it.
     if (gs__is_closing(watcher))
       return GS_ECLOSED;
-    return gs__do_add(watcher, dirfd, rescan_ms, flags, watch_id, uv_error);
+    return gs__do_add(watcher, dirfd, rescan_ms, flags, watch_id, uv_failure);
   }
   gs__cmd_t cmd = {.kind = GS__CMD_ADD,
                    .dirfd = dirfd,
@@ -478,7 +483,8 @@ int gs_watcher_add(gs_watcher_t *watcher, int dirfd, uint64_t rescan_ms,
                    .flags = flags};
   int rc = gs__submit(watcher, &cmd);
   *watch_id = rc == GS_OK ? cmd.watch_id : 0;
-  *uv_error = rc == GS_EUV ? cmd.uv_error : 0;
+  if (rc == GS_EUV)
+    *uv_failure = cmd.uv_failure;
   return rc;
 }
 

@@ -107,8 +107,8 @@ enum {
 /// The capture owns the pre-update hook and no other hook: on a connection
 /// that GRDB.swift owns, commit, rollback, update hooks and the authorizer
 /// are GRDB's, and the owner of the connection tells the capture of
-/// commits and rollbacks through gs_capture_will_commit, did_commit and
-/// did_rollback. Without the pre-update hook (SQLite built without it, or
+/// commits and rollbacks through gs_capture_will_commit and
+/// gs_capture_end_transaction. Without the pre-update hook (SQLite built without it, or
 /// GS_CAPTURE_NO_PREUPDATE_HOOK) the owner feeds rows with
 /// gs_capture_record.
 ///
@@ -191,10 +191,15 @@ void gs_capture_mark_sequenced(gs_capture_t *capture);
 /// GS_CAPTURE_UNSEQUENCED / GS_CAPTURE_OVERFLOWED to refuse it.
 int gs_capture_will_commit(const gs_capture_t *capture);
 
-/// To call once the transaction committed or rolled back: drops what it
-/// captured.
-void gs_capture_did_commit(gs_capture_t *capture);
-void gs_capture_did_rollback(gs_capture_t *capture);
+/// To call once the transaction ended, committed or rolled back alike:
+/// drops everything it captured (rows, net rows, invalidated tables, the
+/// sequenced mark, the overflow). A rollback needs nothing more: what a
+/// committed transaction captured was consumed before COMMIT, what a
+/// rolled-back one captured is void, and savepoints rolled back inside a
+/// transaction leave their rows to be checked against the store (see
+/// gs_net_rows). Interned and ignored tables are kept for the capture's
+/// life.
+void gs_capture_end_transaction(gs_capture_t *capture);
 
 /// Nonzero if memory ran out while capturing the open transaction.
 int gs_capture_overflowed(const gs_capture_t *capture);
@@ -293,6 +298,15 @@ typedef void (*gs_watch_cb)(void *_Nullable context, uint64_t watch_id,
 int gs_watcher_create(gs_watch_cb callback, void *_Nullable context,
                       gs_watcher_t *_Nullable *_Nonnull out);
 
+/// Which libuv call failed, and with what (gs_watcher_add).
+typedef struct {
+  /// The libuv function, such as "uv_fs_event_start" (a static string);
+  /// NULL when none failed.
+  const char *_Nullable call;
+  /// Its error: a UV_E* code, on Linux a negated errno; 0 when none.
+  int code;
+} gs_uv_failure;
+
 /// Watches the folder the caller holds open as `dirfd`, which must stay
 /// open until the watch is removed, and rescans it every `rescan_ms`
 /// milliseconds (0: never); `flags` 0 reports every change,
@@ -301,10 +315,11 @@ int gs_watcher_create(gs_watch_cb callback, void *_Nullable context,
 /// its removal (no link left) and its rescans are looked at through the
 /// descriptor, without a path walk. Callable from any thread; waits until
 /// the watch is running or failed. `*watch_id` is passed to every callback
-/// of this watch. On a libuv failure returns GS_EUV and stores the uv code
-/// in `*uv_error`.
+/// of this watch. On a libuv failure returns GS_EUV and stores the call
+/// that failed and its code in `*uv_failure`.
 int gs_watcher_add(gs_watcher_t *watcher, int dirfd, uint64_t rescan_ms,
-                   unsigned flags, uint64_t *watch_id, int *uv_error);
+                   unsigned flags, uint64_t *watch_id,
+                   gs_uv_failure *uv_failure);
 
 /// Asks the loop thread to call the watch's callback once with
 /// GS_EVENT_WAKE, and returns at once: how another thread hands work to a

@@ -1,3 +1,5 @@
+// Capture of full-text shadow tables and of names shared across SQLite's
+// namespaces.
 import Foundation
 import GRDB
 import GroupSyncTestSupport
@@ -83,5 +85,37 @@ import Testing
     // And rows are still named exactly.
     let line = try #require(try await ProcessHarness.exec(directory, ["INSERT INTO a(v) VALUES (1)"]).first)
     #expect(line.inserted == [ObjectID(storeID: store, table: "a", rowID: 1).uri] && line.invalidatedTables.isEmpty)
+  }
+
+  /// A table named like an index shadow of a full-text table that is gone
+  /// (dropped, or created in a transaction that rolled back) is a table
+  /// like any other. Known to fail: the capture keeps ignoring the shadow
+  /// names for its life, so such a table's writes commit untold.
+  @Test(arguments: [false, true])
+  func aTableNamedLikeTheShadowOfAGoneFullTextTableIsTold(rolledBack: Bool) throws {
+    let folder = try TemporaryFolder()
+    let group = try GroupFolder(path: folder.child("group"))
+    try group.store.write { try $0.execute(sql: """
+      CREATE TABLE parent(id INTEGER PRIMARY KEY);
+      CREATE TABLE child(id INTEGER PRIMARY KEY, parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);
+      """) }
+    if rolledBack {
+      // COMMIT fails on the deferred foreign key, after the change set was made.
+      #expect(throws: DatabaseError.self) {
+        try group.store.write { try $0.execute(sql: """
+          CREATE VIRTUAL TABLE v USING fts5(x); INSERT INTO v VALUES ('a'); INSERT INTO child VALUES (1, 99)
+          """) }
+      }
+    } else {
+      try group.store.write { try $0.execute(sql: "CREATE VIRTUAL TABLE v USING fts5(x); INSERT INTO v VALUES ('a')") }
+      try group.store.write { try $0.execute(sql: "DROP TABLE v") }
+    }
+    try group.store.write { try $0.execute(sql: "CREATE TABLE v_idx(a, b)") }
+    let changeSet = try group.store.writeAndReturnChangeSet {
+      try $0.execute(sql: "INSERT INTO v_idx(rowid, a, b) VALUES (3, 1, 2)")
+    }.changeSet
+    withKnownIssue("ignored shadow-table names are never forgotten (CSupport/capture.c has no un-ignore)") {
+      #expect(changeSet?.inserted == [ObjectID(storeID: group.store.storeID, table: "v_idx", rowID: 3)])
+    }
   }
 }

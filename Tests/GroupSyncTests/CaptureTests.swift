@@ -1,3 +1,4 @@
+// The C capture's edge cases, seen through a store's change sets.
 import Foundation
 import GRDB
 import GroupSyncTestSupport
@@ -70,6 +71,57 @@ import Testing
     let changes = try #require(try commit(group, "INSERT INTO t(rowid, x) VALUES (5, 5)"))
     #expect(changes.sequence == before + 1)
     #expect(changes.inserted == ids(group, "t", [5]))
+  }
+
+  /// A store whose COMMIT fails after the change set was made, numbered
+  /// and written to the history: a deferred foreign key is checked only
+  /// at COMMIT, and the transaction then rolls back.
+  static let deferredForeignKey = """
+    CREATE TABLE parent(id INTEGER PRIMARY KEY);
+    CREATE TABLE child(id INTEGER PRIMARY KEY, parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);
+    """
+  static let failingAtCommit = "INSERT INTO child VALUES (1, 99)"
+
+  @Test(arguments: hooks)
+  func rollbackAtCommitLeavesNoRowsSequenceOrInvalidationBehind(forceUpdateHook: Bool) throws {
+    var options = StoreOptions()
+    options.captureWithoutPreUpdateHook = forceUpdateHook
+    options.rowBudget = 16  // past it, t is invalidated
+    let group = try GroupFolder(path: folder.child(UUID().uuidString), options: options)
+    try group.store.write { try $0.execute(sql: Self.deferredForeignKey + "CREATE TABLE t(x); CREATE TABLE u(y)") }
+    let before = try group.store.currentSequence()
+    #expect(throws: DatabaseError.self) {
+      try group.store.write { db in
+        try db.execute(sql: """
+          WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100)
+          INSERT INTO t(rowid, x) SELECT i, i FROM n;
+          INSERT INTO u(rowid, y) VALUES (7, 7);
+          """ + Self.failingAtCommit)
+      }
+    }
+    #expect(try group.store.currentSequence() == before)
+    #expect(try group.store.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") } == 0)
+    // The next commit reports its own rows only: none of u's, no
+    // invalidation of t, and the sequence the rolled-back one had.
+    let changes = try #require(try commit(group, "INSERT INTO t(rowid, x) VALUES (500, 5)"))
+    #expect(changes.sequence == before + 1)
+    #expect(changes.inserted == ids(group, "t", [500]))
+    #expect(changes.invalidatedTables.isEmpty)
+  }
+
+  // SQLite puts the schema version back on a rollback: the next schema
+  // change has the number the rolled-back one had. What the rolled-back
+  // schema looked like must not stand for it.
+  @Test func aSchemaRolledBackAtCommitIsNotTakenForTheNextWithItsVersion() throws {
+    let group = try makeGroup(Self.deferredForeignKey)
+    #expect(throws: DatabaseError.self) {
+      try group.store.write { try $0.execute(sql: "CREATE TABLE gone(x);" + Self.failingAtCommit) }
+    }
+    let created = try #require(try commit(group, "CREATE TABLE t(id INTEGER PRIMARY KEY, x)"))
+    #expect(created.invalidatedTableNames == ["t"])
+    let changes = try #require(try commit(group, "INSERT INTO t VALUES (1, 'a')"))
+    #expect(changes.inserted == ids(group, "t", [1]))
+    #expect(changes.invalidatedTableNames.isEmpty)
   }
 
   @Test func noChangeMeansNoChangeSetAndNoSequence() throws {

@@ -1,3 +1,4 @@
+// Durable listeners: their place kept across runs, replay, expiry.
 import Foundation
 import GRDB
 import GroupSyncTestSupport
@@ -17,6 +18,13 @@ struct DurableListenerTests {
   static let schema = ListenerFixture.schema
   static let insert = ListenerFixture.insert
   static var options: ListenerOptions { ListenerFixture.options }
+
+  @Test func aDurableListenerWithoutANameIsRefusedAsSuch() throws {
+    let folder = try TemporaryFolder()
+    let group = try GroupFolder(path: folder.child("group"))
+    #expect(throws: GroupSyncError.durableListenerNeedsName) { try group.listen(durable: true) }
+    #expect(ProcessHarness.entries(group.layout.listeners).isEmpty, "nothing was created")
+  }
 
   @Test func aKilledDurableWatchResumesExactlyWhereItLeftOff() async throws {
     let folder = try TemporaryFolder()

@@ -1,3 +1,4 @@
+// Failure paths: each gives a clear error or a reset, and loses nothing.
 import Foundation
 import GRDB
 import GroupSyncTestSupport
@@ -13,6 +14,20 @@ import Glibc
 /// reset, and nothing in the store is lost.
 @Suite(.serialized, .timed)
 struct FailurePathTests {
+  /// A watch that cannot start names the libuv call that failed and its
+  /// error: here a descriptor that is not open, so /proc/self/fd names
+  /// nothing for the inotify watch.
+  @Test func aWatchThatCannotStartNamesTheLibuvCallAndItsError() throws {
+    // Well above any descriptor in use, and closed again: the kernel
+    // hands out the lowest free number, so nothing reopens it meanwhile.
+    let missing = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 900)
+    try #require(missing >= 900)
+    close(missing)
+    #expect(throws: GroupSyncError.system(call: "uv_fs_event_start", path: "/missing", errno: ENOENT)) {
+      _ = try FolderWatcher.shared.watch(descriptor: missing, path: "/missing", rescanMilliseconds: 10) { _ in }
+    }
+  }
+
   @Test func anInProcessBacklogOverItsBoundIsOneReset() async throws {
     let folder = try TemporaryFolder()
     let group = try GroupFolder(path: folder.child("group"))

@@ -119,14 +119,14 @@ int main(void) {
   exec(db, "INSERT INTO t(id, v) VALUES (3, 'late')");
   CHECK(gs_capture_will_commit(c) == GS_CAPTURE_UNSEQUENCED);
   exec(db, "COMMIT");
-  gs_capture_did_commit(c);
+  gs_capture_end_transaction(c);
   CHECK(gs_capture_pending(c, &rows) == 0);
   CHECK(!gs_capture_has_changes(c));
 
   // Net rows, made in C: per table, sorted, each row by its first and last
   // operation; a rowid change is a delete and an insert.
   exec(db, "INSERT INTO t(id, v) VALUES (5, 'e'), (6, 'f'), (7, 'g')");
-  gs_capture_did_commit(c);
+  gs_capture_end_transaction(c);
   exec(db,
        "BEGIN; INSERT INTO t(id, v) VALUES (9, 'i'), (8, 'h');"
        "UPDATE t SET v = 'x' WHERE id IN (6, 8); DELETE FROM t WHERE id = 7;"
@@ -150,7 +150,7 @@ int main(void) {
   CHECK(gs_capture_net_rows(c, table_index(c, "t"), &net) == GS_OK);
   CHECK(net.inserted_count == 4 && net.inserted[3] == 60);
   exec(db, "ROLLBACK");
-  gs_capture_did_rollback(c);
+  gs_capture_end_transaction(c);
   CHECK(gs_capture_net_rows(c, table_index(c, "t"), &net) == GS_EINVAL);
   // In rowid order, each row once: the lists as they came.
   exec(db, "BEGIN; INSERT INTO t(id, v) VALUES (10, 'a'), (11, 'b');"
@@ -160,7 +160,7 @@ int main(void) {
   CHECK(gs_capture_net_rows(c, table_index(c, "t"), &net) == GS_OK);
   CHECK(net.inserted_count == 3 && net.inserted[2] == 12);
   exec(db, "ROLLBACK");
-  gs_capture_did_rollback(c);
+  gs_capture_end_transaction(c);
 
   // The row budget: the largest table is invalidated, its rows dropped,
   // later rows of it skipped; memory stays bounded.
@@ -175,8 +175,12 @@ int main(void) {
   CHECK(rows_of(c, "big") == 0);
   CHECK(rows_of(c, "t") == 2);
   exec(db, "ROLLBACK");
-  gs_capture_did_rollback(c);
+  gs_capture_end_transaction(c);
   CHECK(!gs_capture_table_invalidated(c, table_index(c, "big")));
+  // Nothing of the rolled-back transaction is left for the next one.
+  CHECK(!gs_capture_has_changes(c));
+  CHECK(gs_capture_pending(c, &rows) == 0);
+  CHECK(gs_capture_will_commit(c) == 0);
   gs_capture_set_row_budget(c, 0);
 
   // Explicit invalidation counts as a change.
@@ -184,7 +188,7 @@ int main(void) {
   CHECK(gs_capture_has_changes(c));
   CHECK(gs_capture_will_commit(c) == GS_CAPTURE_UNSEQUENCED);
   gs_capture_invalidate(c, "groupsync_x");  // internal: ignored
-  gs_capture_did_rollback(c);
+  gs_capture_end_transaction(c);
 
   // A replaced hook is detected (and ours put back).
   CHECK(gs_capture_hook_intact(c));

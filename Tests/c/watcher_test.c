@@ -206,7 +206,7 @@ static void on_event(void *context, uint64_t id, const char *filename,
   if (atomic_load(&c->add_from_cb) && prior == 0 &&
       atomic_load(&c->cb_added_rc) == 1) {
     uint64_t new_id = 0;
-    int err = 0;
+    gs_uv_failure err = {0};
     int rc = gs_watcher_add(c->w, g_base_fd, 0, 0, &new_id, &err);
     atomic_store(&c->cb_added_id, new_id);
     atomic_store(&c->cb_added_rc, rc);
@@ -361,11 +361,12 @@ static void test_events(void) {
   CHECK(gs_watcher_count(w) == 0, "new watcher has watches");
 
   uint64_t id = 0;
-  int err = -1;
+  gs_uv_failure err = {0};
   int rc = gs_watcher_add(w, dirfd, 0, 0, &id, &err);
-  CHECK(rc == GS_OK, "add: %d (uv %d)", rc, err);
+  CHECK(rc == GS_OK, "add: %d (uv %d)", rc, err.code);
   CHECK(id == 1, "first watch id is %llu, not 1", (unsigned long long)id);
-  CHECK(err == 0, "uv_error %d after a successful add", err);
+  CHECK(err.code == 0 && err.call == NULL,
+        "uv failure %d after a successful add", err.code);
   CHECK(gs_watcher_count(w) == 1, "count after add");
 
   ctx_clear(c);
@@ -441,9 +442,9 @@ static void test_arrivals(void) {
   ctx_t *c = ctx_new();
   gs_watcher_t *w = watcher_new(c);
   uint64_t id = 0;
-  int err = 0;
+  gs_uv_failure err = {0};
   CHECK(gs_watcher_add(w, dirfd, 0, GS_WATCH_ARRIVALS, &id, &err) == GS_OK,
-        "add arrivals watch: uv %d", err);
+        "add arrivals watch: uv %d", err.code);
 
   write_file(dir, "a.txt");
   CHECK(wait_rec(c, id, "a.txt", GS_EVENT_RENAME), "no event a.txt (create)");
@@ -481,7 +482,7 @@ static void test_arrivals(void) {
   CHECK(gs_watcher_remove(w, id) == GS_OK, "remove");
   atomic_store(&c->removed[id], 1);
   CHECK(gs_watcher_add(w, dirfd, 50, GS_WATCH_ARRIVALS, &id, &err) == GS_OK,
-        "add timed arrivals watch: uv %d", err);
+        "add timed arrivals watch: uv %d", err.code);
   char last[256];
   make_path(last, sizeof(last), dir, "last.txt");
   MUST(unlink(last) == 0);
@@ -512,11 +513,11 @@ static void test_arrivals_follow_folder(void) {
   ctx_t *c = ctx_new();
   gs_watcher_t *w = watcher_new(c);
   uint64_t id = 0;
-  int err = 0;
+  gs_uv_failure err = {0};
   CHECK(gs_watcher_add(w, -1, 0, GS_WATCH_ARRIVALS, &id, &err) == GS_EINVAL,
         "a negative descriptor is refused");
   CHECK(gs_watcher_add(w, dirfd, 50, GS_WATCH_ARRIVALS, &id, &err) == GS_OK,
-        "add: uv %d", err);
+        "add: uv %d", err.code);
   MUST(rename(dir, moved) == 0);  // the watch follows the folder
   write_file(moved, "a.txt");
   CHECK(wait_rec(c, id, "a.txt", GS_EVENT_RENAME), "no event a.txt (create)");
@@ -557,7 +558,7 @@ static void test_shared_folder_and_many_folders(void) {
   ctx_t *c = ctx_new();
   gs_watcher_t *w = watcher_new(c);
   uint64_t all = 0, arrivals = 0;
-  int err = 0;
+  gs_uv_failure err = {0};
   CHECK(gs_watcher_add(w, dirfd, 0, 0, &all, &err) == GS_OK, "add all");
   CHECK(gs_watcher_add(w, dirfd, 0, GS_WATCH_ARRIVALS, &arrivals, &err) ==
             GS_OK,
@@ -601,7 +602,7 @@ static void test_shared_folder_and_many_folders(void) {
     fds[i] = open_dir(last);
     CHECK(gs_watcher_add(w, fds[i], 0, GS_WATCH_ARRIVALS, &last_id, &err) ==
               GS_OK,
-          "watch %d of %d: uv %d", i + 1, count, err);
+          "watch %d of %d: uv %d", i + 1, count, err.code);
   }
   write_file(last, "z.txt");
   CHECK(wait_rec(c, last_id, "z.txt", GS_EVENT_RENAME), "no event in the last folder");
@@ -638,7 +639,7 @@ static void test_rescan(void) {
   gs_watcher_t *w = watcher_new(c);
 
   uint64_t id = 0;
-  int err = 0;
+  gs_uv_failure err = {0};
   int rc = gs_watcher_add(w, dirfd, 20, 0, &id, &err);
   CHECK(rc == GS_OK, "add with rescan: %d", rc);
   CHECK(wait_rec(c, id, NULL, GS_EVENT_RESCAN), "rescan timer never fired");
@@ -670,7 +671,7 @@ static void test_rescan_skips_settled_folder(void) {
   gs_watcher_t *w = watcher_new(c);
 
   uint64_t id = 0;
-  int err = 0;
+  gs_uv_failure err = {0};
   int rc = gs_watcher_add(w, dirfd, 50, 0, &id, &err);
   CHECK(rc == GS_OK, "add with rescan: %d", rc);
   // The folder's times settle (gs_file_time_settled) after at most three
@@ -706,17 +707,21 @@ static void test_missing(void) {
 
   for (int i = 0; i < 2; i++) {
     uint64_t id = 99;
-    int err = 0;
+    gs_uv_failure err = {0};
     int rc = gs_watcher_add(w, missing, i == 0 ? 0 : 10, 0, &id, &err);
     CHECK(rc == GS_EUV, "add of a missing folder: %d", rc);
-    CHECK(err == UV_ENOENT, "add of a missing folder: uv %d (%s)", err,
-          err ? uv_strerror(err) : "none");
+    CHECK(err.code == UV_ENOENT, "add of a missing folder: uv %d (%s)", err.code,
+          err.code ? uv_strerror(err.code) : "none");
+    // The call that failed is named: libuv's start of the watch, which
+    // adds the inotify watch.
+    CHECK(err.call != NULL && strcmp(err.call, "uv_fs_event_start") == 0,
+          "add of a missing folder: failed call %s", err.call ? err.call : "none");
     CHECK(id == 0, "failed add set id %llu", (unsigned long long)id);
     CHECK(gs_watcher_count(w) == 0, "failed add counted");
   }
   // Failed adds do not break the ids that follow.
   uint64_t id = 0;
-  int err = 0;
+  gs_uv_failure err = {0};
   int rc = gs_watcher_add(w, g_base_fd, 0, 0, &id, &err);
   CHECK(rc == GS_OK && id >= 1, "add after failures: %d", rc);
 
@@ -747,7 +752,7 @@ static void test_remove_other_thread(void) {
   gs_watcher_t *w = watcher_new(c);
 
   uint64_t fs_id = 0, timer_id = 0;
-  int err = 0;
+  gs_uv_failure err = {0};
   CHECK(gs_watcher_add(w, dirfd, 0, 0, &fs_id, &err) == GS_OK, "add fs watch");
   CHECK(gs_watcher_add(w, dirfd, 1, 0, &timer_id, &err) == GS_OK, "add timed");
 
@@ -809,7 +814,7 @@ static void test_wake(void) {
   CHECK(gs_watcher_wake(NULL, 1) == GS_EINVAL, "wake without watcher");
 
   uint64_t id = 0, other = 0;
-  int err = 0;
+  gs_uv_failure err = {0};
   CHECK(gs_watcher_add(w, dirfd, 0, 0, &id, &err) == GS_OK, "add watch");
   CHECK(gs_watcher_add(w, dirfd, 0, 0, &other, &err) == GS_OK, "add other");
   CHECK(gs_watcher_wake(w, id) == GS_OK, "wake");
@@ -876,7 +881,7 @@ static void test_remove_in_callback(void) {
   // Two watches of one folder share an inotify watch in libuv: the first
   // removing itself must not disturb the second.
   uint64_t a = 0, b = 0, t = 0;
-  int err = 0;
+  gs_uv_failure err = {0};
   CHECK(gs_watcher_add(w, dirfd, 0, 0, &a, &err) == GS_OK, "add a");
   CHECK(gs_watcher_add(w, dirfd, 0, 0, &b, &err) == GS_OK, "add b");
   CHECK(gs_watcher_add(w, dirfd2, 1, 0, &t, &err) == GS_OK, "add timed");
@@ -926,7 +931,7 @@ static void *worker_main(void *arg) {
   gs_watcher_t *w = wk->c->w;
   for (int i = 0; i < ROUNDS; i++) {
     uint64_t id = 0;
-    int err = 0;
+    gs_uv_failure err = {0};
     uint64_t rescan = (uint64_t)((i + wk->index) % 3);  // 0: no timer
     int rc = gs_watcher_add(w, wk->dirfd, rescan, 0, &id, &err);
     if (rc != GS_OK || id == 0 || id >= MAX_IDS) {
@@ -956,7 +961,7 @@ static void test_concurrent(void) {
 
   // A busy watch keeps the loop thread working throughout.
   uint64_t busy = 0;
-  int err = 0;
+  gs_uv_failure err = {0};
   CHECK(gs_watcher_add(w, dirfd, 1, 0, &busy, &err) == GS_OK, "add busy watch");
   churn_t ch;
   churn_start(&ch, dir);
@@ -1016,7 +1021,7 @@ static void test_close_busy(void) {
   churn_start(&ch, dir);
   for (int i = 0; i < 10; i++) {
     uint64_t id = 0;
-    int err = 0;
+    gs_uv_failure err = {0};
     CHECK(gs_watcher_add(w, dirfd, (uint64_t)(i % 2), 0, &id, &err) == GS_OK,
           "add %d", i);
   }
@@ -1050,7 +1055,7 @@ static void close_dance(ctx_t *c, uint64_t id) {
   int rc = GS_OK;
   for (int i = 0; i < 2000 && rc == GS_OK; i++) {
     uint64_t new_id = 0;
-    int err = 0;
+    gs_uv_failure err = {0};
     rc = gs_watcher_add(c->w, g_base_fd, 0, 0, &new_id, &err);
     if (rc == GS_OK)
       sleep_ms(2);
@@ -1077,7 +1082,7 @@ static void test_close_from_other_thread(void) {
   gs_watcher_t *w = watcher_new(c);
 
   uint64_t id = 0, id2 = 0;
-  int err = 0;
+  gs_uv_failure err = {0};
   CHECK(gs_watcher_add(w, dirfd, 0, 0, &id2, &err) == GS_OK, "add plain watch");
   CHECK(gs_watcher_add(w, dirfd, 5, 0, &id, &err) == GS_OK, "add timed watch");
 
@@ -1129,9 +1134,9 @@ static void test_many(void) {
     snprintf(name, sizeof(name), "many%03d", i);
     make_dir(dirs[i], sizeof(dirs[i]), name);
     fds[i] = open_dir(dirs[i]);
-    int err = 0;
+    gs_uv_failure err = {0};
     int rc = gs_watcher_add(w, fds[i], i % 10 == 0 ? 50 : 0, 0, &ids[i], &err);
-    CHECK(rc == GS_OK, "add %d: %d (uv %d)", i, rc, err);
+    CHECK(rc == GS_OK, "add %d: %d (uv %d)", i, rc, err.code);
   }
   CHECK(gs_watcher_count(w) == MANY, "count %zu, not %d", gs_watcher_count(w),
         MANY);

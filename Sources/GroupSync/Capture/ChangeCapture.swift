@@ -1,3 +1,5 @@
+// The Swift handle on the C capture (CSupport/capture.c) of a writer
+// connection.
 import CGroupSync
 
 /// Owns the C capture installed on a store's writer connection: the
@@ -65,7 +67,9 @@ final class ChangeCapture {
     }
   }
 
-  func transactionEnded() { gs_capture_did_commit(handle) }
+  /// The transaction ended, committed or rolled back alike: everything it
+  /// captured is dropped.
+  func endTransaction() { gs_capture_end_transaction(handle) }
 
   /// Table names by the capture's index: interned for its life.
   private var tableNames: [TableName] = []

@@ -1,3 +1,5 @@
+// A store's commit recorder: what a write records from BEGIN to the
+// committed change set, as GRDB's transaction observer.
 import CGroupSync
 import Foundation
 import GRDB
@@ -262,7 +264,7 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
       try db.execute(
         sql: "UPDATE \(StoreState.historyTable) SET payload = ? WHERE seq = ?", arguments: [Data(encoded), sequence])
       // No writer waits for it: whoever publishes next publishes it.
-      return CommittedChangeSet(changeSet: changeSet, encoded: encoded, author: nil, claimed: false)
+      return CommittedChangeSet(changeSet: changeSet, encoded: encoded, author: nil, awaitedByWriter: false)
     } catch {
       Logger.groupSync.error("cannot build the change set of a migration: \(error)")
       return nil
@@ -367,7 +369,7 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
 
   func databaseDidCommit(_ db: Database) {
     var committed = prepared.map {
-      CommittedChangeSet(changeSet: $0.changeSet, encoded: $0.encoded, author: author, claimed: true)
+      CommittedChangeSet(changeSet: $0.changeSet, encoded: $0.encoded, author: author, awaitedByWriter: true)
     }
     if committed == nil && migrationRecorded {
       // Cleared first: storing the payload commits again, which comes back here.
@@ -376,7 +378,7 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
     }
     endTransaction()
     guard let committed else { return }
-    if committed.claimed, let version = statements.dataVersion(), let schemaVersion = schema.baseline?.version {
+    if committed.awaitedByWriter, let version = statements.dataVersion(), let schemaVersion = schema.baseline?.version {
       lastCommit = (version, committed.changeSet.sequence, schemaVersion)
     }
     publisher.enqueue(committed)
@@ -395,7 +397,7 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
     migrationRecorded = false
     writtenTables.removeAll(keepingCapacity: true)
     sequencedWrittenTables = 0
-    capture.transactionEnded()
+    capture.endTransaction()
   }
 }
 

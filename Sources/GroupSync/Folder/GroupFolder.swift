@@ -1,3 +1,4 @@
+// The group folder: opening it, its stores, and listening to it.
 import Foundation
 import GRDB
 
@@ -93,11 +94,13 @@ public final class GroupFolder: Sendable {
   ///     its first event is a reset that says the place expired.
   ///   - options: how the listener behaves.
   /// - Throws: ``GroupSyncError/listenerNameInUse(_:)`` if a live listener
-  ///   holds the name, ``GroupSyncError/invalidListenerName(_:)``.
+  ///   holds the name, ``GroupSyncError/invalidListenerName(_:)``,
+  ///   ``GroupSyncError/durableListenerNeedsName`` for a durable listener
+  ///   without a name.
   public func listen(
     as name: String? = nil, durable: Bool = false, options: ListenerOptions = ListenerOptions()
   ) throws -> Listener {
-    if durable && name == nil { throw GroupSyncError.invalidListenerName("(a durable listener needs a name)") }
+    if durable && name == nil { throw GroupSyncError.durableListenerNeedsName }
     let ephemeral = name == nil
     let name = name ?? Self.ephemeralName()
     let listener = try Listener(directory: directory, name: name, options: options, ephemeral: ephemeral, durable: durable)

@@ -1,3 +1,5 @@
+// The doorbell: an inbox that rings on each commit to a group's stores,
+// for a consumer that reads the histories itself.
 import Foundation
 import Logging
 
@@ -30,47 +32,28 @@ public final class Doorbell: InProcessInbox, Sendable {
   /// removed on close.
   public let name: String
 
-  private let root: SafeDirectory
-  private let group: String
-  private let rescanMilliseconds: UInt64
   private let ring: @Sendable () -> Void
   /// This process's commits under this author do not ring (nil: all do).
   private let ignoredAuthor: String?
-  private let lock: ListenerLock
-
-  /// What the watcher thread and ``close()`` share.
-  private struct State {
-    var folders: ListenerFolders
-    var watch: FolderWatcher.Watch?
-    /// Locks taken on folders made anew, held until close.
-    var replacementLocks: [ListenerLock] = []
-    var closed = false
-  }
-
-  private let state: Locked<State>
+  /// Its inbox; the watcher thread is its consumer.
+  private let inbox: OwnedInbox
 
   init(
     root: SafeDirectory, group: String, name: String, rescanInterval: Duration, ignoredAuthor: String? = nil,
     ring: @escaping @Sendable () -> Void
   ) throws {
-    self.root = root
     self.ignoredAuthor = ignoredAuthor
-    self.group = group
     self.name = name
     self.ring = ring
-    rescanMilliseconds = UInt64(max(rescanInterval.milliseconds, 1))
-    let folders = try ListenerFolders.open(in: root, name: name)
-    lock = try ListenerLock(in: folders.folder, name: name)
-    state = Locked(State(folders: folders))
+    inbox = try OwnedInbox(
+      root: root, group: group, name: name, rescanMilliseconds: UInt64(max(rescanInterval.milliseconds, 1)),
+      removeFolderOnClose: true)
     do {
-      try folders.inbox.clear()
-      LocalListeners.shared.add(self, group: group)
-      let watch = try watchInbox(folders.inbox)
-      state.withLock { $0.watch = watch }
-      watch.wake()  // what arrived before the watch started
+      inbox.register(self)
+      try inbox.watch { [weak self] event in self?.handle(event) }
+      inbox.wake()  // what arrived before the watch started
     } catch {
-      LocalListeners.shared.remove(self, group: group)
-      lock.release()
+      inbox.close()
       throw error
     }
   }
@@ -78,27 +61,11 @@ public final class Doorbell: InProcessInbox, Sendable {
   deinit { close() }
 
   /// Whether ``close()`` was called.
-  public var isClosed: Bool { state.withLock { $0.closed } }
+  public var isClosed: Bool { inbox.isClosed }
 
   /// Stops ringing: releases the doorbell's lock and removes its folder.
   /// Safe to call from any thread, any number of times.
-  public func close() {
-    guard let (watch, folders, locks) = state.withLock({ state -> (FolderWatcher.Watch?, ListenerFolders, [ListenerLock])? in
-      guard !state.closed else { return nil }
-      state.closed = true
-      defer {
-        state.watch = nil
-        state.replacementLocks = []
-      }
-      return (state.watch, state.folders, state.replacementLocks)
-    }) else { return }
-    watch?.cancel()
-    LocalListeners.shared.remove(self, group: group)
-    try? folders.inbox.clear()
-    if folders.folder.isStill(name, in: folders.listeners) { folders.listeners.removeAtOnce(name) }
-    lock.release()
-    locks.forEach { $0.release() }
-  }
+  public func close() { inbox.close() }
 
   /// A commit of this process, handed over in memory: it rings at once,
   /// unless its author is the one the doorbell ignores.
@@ -109,68 +76,45 @@ public final class Doorbell: InProcessInbox, Sendable {
 
   // MARK: On the watcher thread
 
-  private func watchInbox(_ inbox: SafeDirectory) throws -> FolderWatcher.Watch {
-    try FolderWatcher.shared.watch(inbox, rescanMilliseconds: rescanMilliseconds, arrivalsOnly: true) {
-      [weak self] event in self?.handle(event)
-    }
-  }
-
   private func handle(_ event: FolderWatcher.Event) {
-    guard let inbox = state.withLock({ $0.closed ? nil : $0.folders.inbox }) else { return }
+    guard !inbox.isClosed else { return }
+    let folder = inbox.folder
     switch event {
     case .entry(let fileName):
-      inbox.remove(fileName)
+      folder.remove(fileName)
       ring()
     case .rescan:
-      emptyInbox(inbox)
+      emptyInbox(folder)
       ring()
     case .failed(let status):
       Logger.groupSync.error("watching inbox of doorbell '\(name)' failed: uv error \(status)")
-      emptyInbox(inbox)
+      emptyInbox(folder)
       ring()
     case .tick, .wake:
-      if remakeFoldersIfReplaced() || emptyInbox(inbox) > 0 { ring() }
+      if remakeFoldersIfReplaced() || emptyInbox(folder) > 0 { ring() }
     }
   }
 
   /// Removes what the inbox holds, unread; returns how many entries.
   @discardableResult
-  private func emptyInbox(_ inbox: SafeDirectory) -> Int {
+  private func emptyInbox(_ folder: SafeDirectory) -> Int {
     var count = 0
-    try? inbox.forEachEntry {
-      inbox.remove($0)
+    try? folder.forEachEntry {
+      folder.remove($0)
       count += 1
     }
     return count
   }
 
   /// Makes the folders anew if anything replaced or removed them, and
-  /// watches the new inbox; true when it did.
+  /// watches the new inbox; true when it did, or tried and failed.
   private func remakeFoldersIfReplaced() -> Bool {
-    let held = state.withLock { $0.folders }
-    guard !held.areIntact(in: root, name: name) else { return false }
-    do {
-      let made = try ListenerFolders.open(in: root, name: name)
-      // Writers find the lock through the folder: a new one needs it too.
-      let lock = made.folder.identity == held.folder.identity ? nil : try ListenerLock(in: made.folder, name: name)
-      let watch = try watchInbox(made.inbox)
-      // Under the same mutex as close(): a doorbell closed meanwhile must
-      // not keep a watch or a lock it would never release.
-      let old = state.withLock { state -> FolderWatcher.Watch?? in
-        guard !state.closed else { return nil }
-        defer { state.watch = watch }
-        state.folders = made
-        if let lock { state.replacementLocks.append(lock) }
-        return .some(state.watch)
-      }
-      guard let old else {
-        watch.cancel()
-        lock?.release()
-        return false
-      }
-      old?.cancel()
+    switch inbox.remakeIfReplaced() {
+    case .intact, .closed:
+      return false
+    case .remade:
       Logger.groupSync.error("doorbell '\(name)': its inbox or folder was removed or replaced; made anew")
-    } catch {
+    case .unrecoverable(let error):
       Logger.groupSync.error("doorbell '\(name)': its folders were replaced and cannot be made again: \(error)")
     }
     return true

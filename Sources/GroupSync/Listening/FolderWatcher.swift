@@ -1,3 +1,4 @@
+// The process's one libuv watcher thread and the watches it runs.
 import CGroupSync
 import Logging
 import Synchronization
@@ -49,16 +50,39 @@ final class FolderWatcher: @unchecked Sendable {
   /// `arrivalsOnly`, only entries that appear are reported (removals and
   /// changes of entries wake nobody). Events of the short time before this
   /// returns may be missed: rescan once after it returns.
+  ///
+  /// - Throws: ``GroupSyncError/system(_:)`` naming the libuv call that
+  ///   failed (`uv_fs_event_start`, which adds the inotify watch, say) and
+  ///   its error; or `gs_watcher_add` when the watcher itself refused.
   func watch(
     _ directory: SafeDirectory, rescanMilliseconds: UInt64, arrivalsOnly: Bool = false, handler: @escaping Handler
   ) throws -> Watch {
+    try watch(
+      descriptor: directory.descriptor.rawValue, path: directory.path, rescanMilliseconds: rescanMilliseconds,
+      arrivalsOnly: arrivalsOnly, handler: handler)
+  }
+
+  /// ``watch(_:rescanMilliseconds:arrivalsOnly:handler:)`` of the folder
+  /// open as `descriptor`, which `path` names in errors.
+  func watch(
+    descriptor: Int32, path: String, rescanMilliseconds: UInt64, arrivalsOnly: Bool = false,
+    handler: @escaping Handler
+  ) throws -> Watch {
     var watchID: UInt64 = 0
-    var uvError: Int32 = 0
+    var failure = gs_uv_failure()
     let flags = arrivalsOnly ? UInt32(GS_WATCH_ARRIVALS) : 0
-    let code = gs_watcher_add(handle!, directory.descriptor.rawValue, rescanMilliseconds, flags, &watchID, &uvError)
+    let code = gs_watcher_add(handle!, descriptor, rescanMilliseconds, flags, &watchID, &failure)
     guard code == GS_OK else {
-      throw GroupSyncError.system(
-        call: "inotify_add_watch", path: directory.path, errno: code == GS_EUV ? -uvError : EINVAL)
+      if code == GS_EUV, let call = failure.call {
+        // libuv's codes are negated errnos on Linux.
+        throw GroupSyncError.system(call: String(cString: call), path: path, errno: -failure.code)
+      }
+      let errno: Int32 = switch Int(code) {
+      case GS_ENOMEM: ENOMEM
+      case GS_ECLOSED: ESHUTDOWN
+      default: EINVAL
+      }
+      throw GroupSyncError.system(call: "gs_watcher_add", path: path, errno: errno)
     }
     handlers.withLock { $0[watchID] = handler }
     return Watch(watcher: self, id: watchID)

@@ -1,8 +1,8 @@
+// Scheduling: what the watcher thread and this process's writers hand
+// over, and which event the one consumer delivers next.
 import Foundation
 import Logging
 
-// Scheduling: what the watcher thread and this process's writers hand
-// over, and which event the one consumer delivers next.
 extension Listener {
   // MARK: Hand-over from the watcher and from writers of this process
 
@@ -89,38 +89,42 @@ extension Listener {
   /// The next event if one is ready; runs on the one consumer (the
   /// iterating task, or the watcher thread for ``startOnWatcherThread(_:)``).
   private func takeReadyEvent() -> Step {
-    let handOver = mailbox.takeHandOver(spare: &spareHints)
-    defer { ListenerMailbox.recycle(handOver, into: &spareHints) }
-    if handOver.closed { return .closed }
+    let posted = mailbox.takePosted(emptyHintBuffer: &emptyHintBuffer)
+    defer { ListenerMailbox.keepHintBuffer(of: posted, as: &emptyHintBuffer) }
+    if posted.closed { return .closed }
     for sequencer in sequencers { sequencer.acknowledgeAutomatically() }
     for sequencer in sequencers {
       if let expired = sequencer.takeExpiry() { return .event(delivered(.reset(expired), by: sequencer)) }
     }
     for sequencer in sequencers {
-      if let event = sequencer.replay(inbox: folders.inbox) { return .event(delivered(event, by: sequencer)) }
+      if let event = sequencer.replay() { return .event(delivered(event, by: sequencer)) }
     }
-    if handOver.overflowed {
+    if posted.overflowed {
       return .event(.reset(resetAll(.inProcessBacklogOverflowed)))
     }
-    for hint in handOver.hints { self.sequencer(named: hint.store)?.track(hint.sequence) }
-    if handOver.rescan, let reset = checkFolders() { return .event(.reset(reset)) }
-    if handOver.rescan || handOver.storeCheck { discoverStores() }
+    for hint in posted.hints { self.sequencer(named: hint.store)?.track(hint.sequence) }
+    if posted.rescan, let reset = checkFolders() { return .event(.reset(reset)) }
+    if posted.rescan || posted.storeCheck { discoverStores() }
     // A window ran dry while more waits beyond it: list the inbox again.
-    if handOver.rescan || sequencers.contains(where: \.needsRefill), let reset = scanInbox() { return .event(.reset(reset)) }
-    if handOver.rescan || handOver.storeCheck {
+    if posted.rescan || sequencers.contains(where: \.needsRefill), let reset = scanInbox() { return .event(.reset(reset)) }
+    if posted.rescan || posted.storeCheck {
       for sequencer in sequencers {
-        if let reason = sequencer.checkStore(folder: folders.folder) {
-          return .event(delivered(.reset(sequencer.reset(reason, inbox: folders.inbox)), by: sequencer))
+        if let reason = sequencer.checkStore() {
+          return .event(delivered(.reset(sequencer.reset(reason)), by: sequencer))
         }
       }
     }
-    if handOver.rescan { metrics.sample(sequencers, inProcess: mailbox.inProcessCounts) }
+    if posted.rescan { metrics.sample(sequencers, inProcess: mailbox.inProcessCounts) }
     if let event = nextReady() { return .event(event) }
     for sequencer in sequencers {
       let laterInProcess = mailbox.hasInProcess(store: sequencer.store, after: sequencer.nextSequence)
-      let event = sequencer.checkGap(inbox: folders.inbox, laterInProcess: laterInProcess, wake: wakeAfterGrace)
-      if case .changes = event { metrics.gapRepaired(sequencer) }
-      if let event { return .event(delivered(event, by: sequencer)) }
+      switch sequencer.checkGap(laterInProcess: laterInProcess) {
+      case .nothingDue: continue
+      case .graceStarted(let grace): wakeAfterGrace(grace)
+      case .event(let event):
+        if case .changes = event { metrics.gapRepaired(sequencer) }
+        return .event(delivered(event, by: sequencer))
+      }
     }
     return .waiting
   }
@@ -135,18 +139,18 @@ extension Listener {
         return delivered(.changes(sequencer.accept(changeSet)), by: sequencer)
       }
       guard sequencer.nextIsInInbox else { continue }
-      switch sequencer.readNextInboxFile(folders.inbox) {
+      switch sequencer.readNextInboxFile() {
       case .success(let changeSet):
         nextSequencer = (nextSequencer + offset + 1) % sequencers.count
         return delivered(.changes(sequencer.accept(changeSet)), by: sequencer)
       case .failure(let reason, let arrived):
         guard hostileActs.continues(arrived: arrived.map { $0...$0 }) else {
-          return delivered(.reset(sequencer.reset(reason, inbox: folders.inbox, badInput: true)), by: sequencer)
+          return delivered(.reset(sequencer.reset(reason, badInput: true)), by: sequencer)
         }
         // The act was answered already: the file is gone, the change set
         // is read from the history (the truth) without another reset.
         Logger.groupSync.warning("listener '\(name)': \(reason); removed (bad input again)")
-        if let event = sequencer.readFromHistory(inbox: folders.inbox) { return delivered(event, by: sequencer) }
+        if let event = sequencer.readFromHistory() { return delivered(event, by: sequencer) }
         continue
       case nil: continue  // gone meanwhile; rescan decides
       }

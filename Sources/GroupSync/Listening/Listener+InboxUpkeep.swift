@@ -1,14 +1,15 @@
+// Upkeep of the listener's folders and inbox, on rescan ticks: folders
+// replaced, stores created, inbox listings, and the resets they call for.
 import Foundation
 import Logging
 
-// Upkeep of the listener's folders and inbox, on rescan ticks: folders
-// replaced, stores created, inbox listings, and the resets they call for.
 extension Listener {
   /// Resets every store: the inbox as a whole cannot be trusted.
   func resetAll(_ reason: ResetReason) -> Reset {
     Logger.groupSync.error("listener '\(name)': \(reason); resetting every store")
-    try? folders.inbox.forEachEntry { folders.inbox.remove($0) }
-    for sequencer in sequencers { _ = sequencer.reset(reason, inbox: nil, logged: true) }
+    let folder = inbox.folder
+    try? folder.forEachEntry { folder.remove($0) }
+    for sequencer in sequencers { _ = sequencer.reset(reason, removingInboxFiles: false, logged: true) }
     mainStoreNextSequence.store(sequencers[0].nextSequence, ordering: .relaxed)
     mailbox.dropInProcess(before: sequencers.map { ($0.store, $0.nextSequence) })
     let reset = Reset(reason, sequence: sequencers[0].nextSequence - 1)
@@ -39,41 +40,14 @@ extension Listener {
 
   /// On each rescan tick: are `listeners/`, the listener's folder and its
   /// inbox still the folders it holds? If anything replaced or removed
-  /// them, make them anew, watch the new inbox, and reset once.
+  /// them, they are made anew and watched (``OwnedInbox/remakeIfReplaced()``),
+  /// and every store resets once.
   func checkFolders() -> Reset? {
-    guard !folders.areIntact(in: root, name: name) else { return nil }
-    // A listener being closed removes its folder itself: not made again.
-    if mailbox.withContents({ $0.closed }) { return nil }
-    do {
-      let made = try ListenerFolders.open(in: root, name: name)
-      // Writers find the lock through the folder: a new folder needs it
-      // too, taken once its inbox exists.
-      let lock = made.folder.identity == folders.folder.identity ? nil : try ListenerLock(in: made.folder, name: name)
-      let watch = try watchInbox(made.inbox)
-      // Under the same mutex as close(): a listener closed meanwhile must
-      // not keep a watch or a lock it would never release.
-      let (old, closed) = mailbox.withContents { contents -> (FolderWatcher.Watch?, Bool) in
-        if contents.closed { return (nil, true) }
-        defer { contents.watch = watch }
-        if let lock { replacementLocks.withLock { $0.append(lock) } }
-        return (contents.watch, false)
-      }
-      if closed {
-        watch.cancel()
-        lock?.release()
-        // Made while close() removed the folder: it goes too.
-        if made.folder.identity != folders.folder.identity && made.folder.isStill(name, in: made.listeners) {
-          _ = made.listeners.removeAtOnce(name)
-        }
-        return nil
-      }
-      old?.cancel()
-      folders = made
-      folderSnapshot.withLock { $0 = folders }
-    } catch {
-      return resetAll(.foldersUnrecoverable(error: "\(error)"))
+    switch inbox.remakeIfReplaced() {
+    case .intact, .closed: return nil
+    case .remade: return resetAll(.foldersReplaced)
+    case .unrecoverable(let error): return resetAll(.foldersUnrecoverable(error: "\(error)"))
     }
-    return resetAll(.foldersReplaced)
   }
 
   /// Lists the inbox, streaming, with bounded work. Foreign entries are
@@ -83,17 +57,17 @@ extension Listener {
     var foreignCount = 0
     var waitingCount = 0
     for sequencer in sequencers { sequencer.forgetInbox() }  // the listing is the authority; events are hints
-    let inbox = folders.inbox
+    let folder = inbox.folder
     let started = ContinuousClock.now
     var rediscovered = false
     var arrivals = ArrivalRange()
     do {
-      try inbox.forEachEntry { fileName in
+      try folder.forEachEntry { fileName in
         guard let (store, sequence) = GroupLayout.storeAndSequence(inFileNameBuffer: fileName) else {
           foreignCount += 1
-          arrivals.add(inbox.changeTime(fileName))
+          arrivals.add(folder.changeTime(fileName))
           if foreign.count < 5 { foreign.append(SafeDirectory.printable(fileName)) }
-          inbox.remove(fileName)
+          folder.remove(fileName)
           return
         }
         var sequencer = self.sequencer(named: store)
@@ -105,13 +79,13 @@ extension Listener {
         }
         guard let sequencer else {
           foreignCount += 1
-          arrivals.add(inbox.changeTime(fileName))
+          arrivals.add(folder.changeTime(fileName))
           if foreign.count < 5 { foreign.append(SafeDirectory.printable(fileName) + " (no such store)") }
-          inbox.remove(fileName)
+          folder.remove(fileName)
           return
         }
         if sequence < sequencer.nextSequence {
-          inbox.remove(fileName)  // already delivered or covered by a reset
+          folder.remove(fileName)  // already delivered or covered by a reset
         } else {
           waitingCount += 1
           sequencer.track(sequence)
@@ -126,7 +100,7 @@ extension Listener {
       // Cleared without another reset: what was committed is read from the
       // history as the gaps it leaves come up.
       Logger.groupSync.warning("listener '\(name)': \(reason); cleared (bad input again)")
-      try? inbox.forEachEntry { inbox.remove($0) }
+      try? folder.forEachEntry { folder.remove($0) }
       for sequencer in sequencers { sequencer.forgetInbox() }
     }
     if foreignCount > 0 {

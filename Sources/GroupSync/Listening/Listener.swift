@@ -1,3 +1,5 @@
+// The listener: its inbox, its stores' sequencers, and its life (open,
+// acknowledge, consume, close).
 import CGroupSync
 import Foundation
 import GRDB
@@ -42,15 +44,14 @@ public final class Listener: InProcessInbox, @unchecked Sendable {
   /// How the listener behaves (grace period, rescan interval, bounds).
   public let options: ListenerOptions
 
-  let group: GroupLayout
   let directory: StoreDirectory
-  let root: SafeDirectory
-  private let removeFolderOnClose: Bool
-  private let lock: ListenerLock
   let metrics: ListenerMetrics
+  /// Its inbox: folders, lock, watch, registration; shared with the
+  /// sequencers, which read and remove the files in it.
+  let inbox: OwnedInbox
 
   /// What the watcher thread and in-process writers hand the consumer.
-  let mailbox = ListenerMailbox()
+  let mailbox: ListenerMailbox
   static let maximumHints = 4096
   let consuming = Atomic<Bool>(false)
   /// The main store's next sequence, readable from the watcher thread, so
@@ -65,10 +66,9 @@ public final class Listener: InProcessInbox, @unchecked Sendable {
   /// Stores whose file could not be opened (logged once; tried again on
   /// each rescan tick).
   var unopenable = Set<String>()
-  /// Swapped with the mailbox's hints so that neither is copied.
-  var spareHints: [(store: String, sequence: Int64)] = []
-  /// The listener's folders, reopened when something replaced them.
-  var folders: ListenerFolders
+  /// An empty buffer with room, swapped with the mailbox's hinted
+  /// sequences when they are taken, so that neither is copied.
+  var emptyHintBuffer: [(store: String, sequence: Int64)] = []
   /// One reset per act of bad input in the inbox, shared with the sequencers.
   let hostileActs: HostileActs
 
@@ -77,26 +77,22 @@ public final class Listener: InProcessInbox, @unchecked Sendable {
     self.isDurable = durable
     guard GroupLayout.isValidListenerName(name) else { throw GroupSyncError.invalidListenerName(name) }
     self.name = name
-    group = directory.layout
-    root = directory.root
     self.options = options
     hostileActs = HostileActs(quiet: max(options.rescanInterval * 2, .seconds(1)))
-    self.removeFolderOnClose = ephemeral || options.removeFolderOnClose
     metrics = ListenerMetrics(listener: ephemeral ? GroupSyncMetrics.ephemeralListener : name, factory: options.metricsFactory)
-    // The inbox exists before the lock is held: a writer that sees the
-    // lock held always finds the inbox to deliver into.
-    folders = try ListenerFolders.open(in: root, name: name)
-    lock = try ListenerLock(in: folders.folder, name: name)
-    sequencers = []
     // Order matters: lock, then empty the inbox, then read the sequences.
     // A writer that saw us dead committed before the lock, so before the
     // sequence is read; anything it linked meanwhile is at or below it.
+    inbox = try OwnedInbox(
+      root: directory.root, group: directory.layout.root, name: name,
+      rescanMilliseconds: UInt64(options.rescanInterval.milliseconds),
+      removeFolderOnClose: ephemeral || options.removeFolderOnClose)
+    mailbox = ListenerMailbox(inbox: inbox)
+    sequencers = []
     do {
-      try folders.inbox.clear()
-      folderSnapshot.withLock { [folders] in $0 = folders }
       // Registered in-process before the sequences are read: this
       // process's commits after it come in memory, never through the inbox.
-      LocalListeners.shared.add(self, group: group.root)
+      inbox.register(self)
       for entry in try directory.entries() {
         do {
           sequencers.append(try makeSequencer(directory.store(named: entry.name), fromStart: false))
@@ -107,11 +103,11 @@ public final class Listener: InProcessInbox, @unchecked Sendable {
         }
       }
       mainStoreNextSequence.store(sequencers[0].nextSequence, ordering: .relaxed)
-      let watch = try watchInbox(folders.inbox)
-      mailbox.withContents { $0.watch = watch }
+      // Only arrivals wake the watcher: the listener's own removals and a
+      // writer's links into other inboxes do not.
+      try inbox.watch { [weak self] event in self?.handle(event) }
     } catch {
-      LocalListeners.shared.remove(self, group: group.root)
-      lock.release()
+      inbox.close()
       throw error
     }
   }
@@ -123,10 +119,11 @@ public final class Listener: InProcessInbox, @unchecked Sendable {
     } else if options.acknowledgement == .inStore && !store.isReadOnly {
       cursor = try DurableCursor(store: store, name: name)
     } else {
-      cursor = try DurableCursor(file: folders.folder, store: store.name)
+      cursor = try DurableCursor(file: inbox.ownerFolder, store: store.name)
     }
     return try StoreSequencer(
-      store: store, listener: name, options: options, cursor: cursor, hostileActs: hostileActs, fromStart: fromStart)
+      store: store, listener: name, options: options, cursor: cursor, inbox: inbox, hostileActs: hostileActs,
+      fromStart: fromStart)
   }
 
   deinit { close() }
@@ -155,16 +152,6 @@ public final class Listener: InProcessInbox, @unchecked Sendable {
 
   func sequencer(of changeSet: ChangeSet) -> StoreSequencer? {
     sequencers.first { $0.storeID == changeSet.storeID }
-  }
-
-  /// Watches the inbox through the descriptor the listener holds, so that
-  /// the watch is on that very folder, whatever its path became.
-  /// Only arrivals wake the watcher: the listener's own removals and a
-  /// writer's links into other inboxes (link-count changes) do not.
-  func watchInbox(_ inbox: SafeDirectory) throws -> FolderWatcher.Watch {
-    try FolderWatcher.shared.watch(
-      inbox, rescanMilliseconds: UInt64(options.rescanInterval.milliseconds), arrivalsOnly: true
-    ) { [weak self] event in self?.handle(event) }
   }
 
   /// The delivered events, in order. Iterate from one task at a time;
@@ -204,27 +191,23 @@ public final class Listener: InProcessInbox, @unchecked Sendable {
     precondition(!consuming.exchange(true, ordering: .acquiring), Self.consumedTwice)
     // The first look (what is waiting already) happens on the watcher
     // thread too: the consumer's state is never touched from two threads.
-    let watch = mailbox.withContents { contents -> FolderWatcher.Watch? in
-      contents.direct = handler
-      return contents.watch
-    }
-    watch?.wake()
+    mailbox.withContents { $0.direct = handler }
+    inbox.wake()
   }
 
   /// Stops listening: releases the lock, empties the inbox, and wakes the
   /// consumer, whose iteration ends. Safe to call from any thread, any
   /// number of times.
   public func close() {
-    let (waiter, watch, first): (UnsafeContinuation<Void, Never>?, FolderWatcher.Watch?, Bool) =
+    let (waiter, first): (UnsafeContinuation<Void, Never>?, Bool) =
       mailbox.withContents { contents in
-        guard !contents.closed else { return (nil, nil, false) }
+        guard !contents.closed else { return (nil, false) }
         contents.closed = true
         defer {
           contents.waiter = nil
-          contents.watch = nil
           contents.direct = nil  // the handler may hold the listener
         }
-        return (contents.waiter, contents.watch, true)
+        return (contents.waiter, true)
       }
     guard first else {
       // Another thread is closing (a signal handler's, say): return once
@@ -239,33 +222,15 @@ public final class Listener: InProcessInbox, @unchecked Sendable {
     }
     closing.withLock { $0.thread = pthread_self() }
     defer { closing.withLock { $0.finished = true } }
-    watch?.cancel()
-    LocalListeners.shared.remove(self, group: group.root)
-    let folders = folderSnapshot.withLock { $0 }
-    if let folders {
-      try? folders.inbox.clear()
-      if removeFolderOnClose && folders.folder.isStill(name, in: folders.listeners) {
-        // Gone from its name at once: a writer that saw the lock held
-        // finds no folder, not one whose inbox is already removed.
-        folders.listeners.removeAtOnce(name)
-      }
-    }
-    lock.release()  // writers stop delivering; the name is free again
-    replacementLocks.withLock { $0.forEach { $0.release() } }
+    inbox.close()  // writers stop delivering; the name is free again
     waiter?.resume()
   }
 
   /// The thread of the first close(), and whether its clean-up is done.
   private let closing = Locked<(thread: pthread_t?, finished: Bool)>((nil, false))
 
-  /// The folders as close() may use them from any thread.
-  let folderSnapshot = Locked<ListenerFolders?>(nil)
-
   /// Whether ``close()`` was called (by anyone, from any thread).
   public var isClosed: Bool { mailbox.withContents { $0.closed } }
-
-  /// Locks taken on folders made anew, held for the listener's life.
-  let replacementLocks = Locked<[ListenerLock]>([])
 
   /// The listener's events as an `AsyncSequence`.
   public struct Events: AsyncSequence, Sendable {

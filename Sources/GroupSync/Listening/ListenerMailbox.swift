@@ -1,3 +1,5 @@
+// The hand-over between a listener's producers (the watcher thread, this
+// process's writers) and its one consumer, and how the consumer is woken.
 import Foundation
 
 /// What the watcher thread and this process's writers hand a listener's
@@ -24,13 +26,17 @@ final class ListenerMailbox: Sendable {
     var waiter: UnsafeContinuation<Void, Never>?
     var signaled = false
     var closed = false
-    var watch: FolderWatcher.Watch?
     /// The handler of ``Listener/startOnWatcherThread(_:)``: the consumer
     /// runs on the watcher thread, and posts from elsewhere wake it.
     var direct: (@Sendable (ListenerEvent) -> Void)?
   }
 
   private let contents = Locked(Contents())
+  /// The listener's inbox, whose watch wakes a consumer that runs on the
+  /// watcher thread.
+  private let inbox: OwnedInbox
+
+  init(inbox: OwnedInbox) { self.inbox = inbox }
 
   /// Runs `body` on the contents, under the mutex, waking nobody.
   @discardableResult
@@ -45,7 +51,7 @@ final class ListenerMailbox: Sendable {
     switch deposit(update) {
     case .none, .runHere: break
     case .resume(let waiter): waiter.resume()
-    case .watcherThread(let watch): watch?.wake()
+    case .watcherThread: inbox.wake()
     }
   }
 
@@ -65,14 +71,14 @@ final class ListenerMailbox: Sendable {
   private enum Wake {
     case none
     case resume(UnsafeContinuation<Void, Never>)
-    case watcherThread(FolderWatcher.Watch?)
+    case watcherThread
     case runHere
   }
 
   private func deposit(_ update: (inout Contents) -> Void, onWatcherThread: Bool = false) -> Wake {
     contents.withLock {
       update(&$0)
-      if $0.direct != nil { return onWatcherThread ? .runHere : .watcherThread($0.watch) }
+      if $0.direct != nil { return onWatcherThread ? .runHere : .watcherThread }
       guard let waiter = $0.waiter else {
         $0.signaled = true
         return .none
@@ -104,20 +110,29 @@ final class ListenerMailbox: Sendable {
 
   // MARK: The consumer's side
 
-  /// What the watcher thread and writers handed over since the last look.
-  struct HandOver {
+  /// What the watcher thread and writers posted since the consumer last
+  /// looked: the inbox files they saw arrive, what they asked it to do,
+  /// and what happened meanwhile.
+  struct Posted {
+    /// Files seen arriving in the inbox, as (store, sequence).
     var hints: [(store: String, sequence: Int64)]
+    /// Look at everything again: folders, the inbox's listing, the stores
+    /// (a rescan tick on a changed inbox, dropped events, a grace period
+    /// that started).
     var rescan: Bool
+    /// Check the stores (a rescan tick on an unchanged inbox).
     var storeCheck: Bool
+    /// This process's change sets overflowed the in-memory backlog.
     var overflowed: Bool
     var closed: Bool
   }
 
-  /// Takes what was handed over. The hints array is swapped with `spare`,
-  /// not copied: give it back with ``recycle(_:into:)``.
-  func takeHandOver(spare: inout [(store: String, sequence: Int64)]) -> HandOver {
+  /// Takes what was posted. The hints array is swapped with
+  /// `emptyHintBuffer`, not copied: give it back with
+  /// ``keepHintBuffer(of:as:)``.
+  func takePosted(emptyHintBuffer: inout [(store: String, sequence: Int64)]) -> Posted {
     var hints: [(store: String, sequence: Int64)] = []
-    swap(&hints, &spare)
+    swap(&hints, &emptyHintBuffer)
     return contents.withLock { contents in
       defer {
         contents.rescanRequested = false
@@ -126,17 +141,18 @@ final class ListenerMailbox: Sendable {
       }
       swap(&hints, &contents.hintedSequences)
       contents.signaled = false
-      return HandOver(
+      return Posted(
         hints: hints, rescan: contents.rescanRequested, storeCheck: contents.storeCheckRequested,
         overflowed: contents.inProcessOverflowed, closed: contents.closed)
     }
   }
 
-  /// Keeps the hints' storage for the next hand-over.
-  static func recycle(_ handOver: HandOver, into spare: inout [(store: String, sequence: Int64)]) {
-    var hints = handOver.hints
+  /// Empties the hints of `posted` and keeps their storage as the
+  /// `emptyHintBuffer` of the next ``takePosted(emptyHintBuffer:)``.
+  static func keepHintBuffer(of posted: Posted, as emptyHintBuffer: inout [(store: String, sequence: Int64)]) {
+    var hints = posted.hints
     hints.removeAll(keepingCapacity: true)
-    spare = hints
+    emptyHintBuffer = hints
   }
 
   // MARK: Change sets of this process

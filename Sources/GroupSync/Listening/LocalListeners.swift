@@ -14,7 +14,13 @@ final class LocalListeners: Sendable {
   }
 
   func remove(_ inbox: any InProcessInbox, group: String) {
-    entries.withLock { $0[group]?[ObjectIdentifier(inbox)] = nil }
+    remove(ObjectIdentifier(inbox), group: group)
+  }
+
+  /// Removes the inbox `id` names (an `ObjectIdentifier` of it), also
+  /// from its deinit, when no reference to it can be made any more.
+  func remove(_ id: ObjectIdentifier, group: String) {
+    entries.withLock { $0[group]?[id] = nil }
   }
 
   /// The live inboxes of this process in the group folder at `group`.

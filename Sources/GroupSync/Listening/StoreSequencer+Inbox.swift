@@ -1,20 +1,21 @@
-import Foundation
-
 // The store's change sets waiting in the inbox: which ones, and reading
 // the next one.
+import Foundation
+
 extension StoreSequencer {
-  /// Removes the store's files in `inbox` whose sequence `matches`;
+  /// Removes the store's files in the inbox whose sequence `matches`;
   /// returns when they arrived (their change times, ns since 1970; nil
   /// when none was removed).
   @discardableResult
-  func removeInboxFiles(_ inbox: SafeDirectory, where matches: (Int64) -> Bool) -> ClosedRange<Int64>? {
+  func removeInboxFiles(where matches: (Int64) -> Bool) -> ClosedRange<Int64>? {
     var arrivals = ArrivalRange()
-    try? inbox.forEachEntry { name in
+    let folder = inbox.folder
+    try? folder.forEachEntry { name in
       if let (fileStore, sequence) = GroupLayout.storeAndSequence(inFileNameBuffer: name), fileStore == store,
         matches(sequence)
       {
-        arrivals.add(inbox.changeTime(name))
-        inbox.remove(name)
+        arrivals.add(folder.changeTime(name))
+        folder.remove(name)
       }
     }
     return arrivals.range
@@ -22,13 +23,14 @@ extension StoreSequencer {
 
   /// When this store's inbox files that `matches` arrived (their change
   /// times, ns since 1970); nil when there are none.
-  func inboxArrivals(_ inbox: SafeDirectory, where matches: (Int64) -> Bool) -> ClosedRange<Int64>? {
+  func inboxArrivals(where matches: (Int64) -> Bool) -> ClosedRange<Int64>? {
     var arrivals = ArrivalRange()
-    try? inbox.forEachEntry { name in
+    let folder = inbox.folder
+    try? folder.forEachEntry { name in
       if let (fileStore, sequence) = GroupLayout.storeAndSequence(inFileNameBuffer: name), fileStore == store,
         matches(sequence)
       {
-        arrivals.add(inbox.changeTime(name))
+        arrivals.add(folder.changeTime(name))
       }
     }
     return arrivals.range
@@ -64,16 +66,17 @@ extension StoreSequencer {
   }
 
   /// Reads, checks and removes the next change set's file. nil if it is gone.
-  func readNextInboxFile(_ inbox: SafeDirectory) -> ReadResult? {
+  func readNextInboxFile() -> ReadResult? {
+    let folder = inbox.folder
     let sequence = nextSequence
     let fileName = GroupLayout.fileName(store: store, sequence: sequence)
     inboxSequences.remove(sequence)
-    defer { inbox.remove(fileName) }
+    defer { folder.remove(fileName) }
     let file: FileDescriptor
     let info: stat
     do {
       // No symlink followed, no FIFO waited on, nothing but a regular file.
-      (file, info) = try inbox.openRegularFile(fileName, O_RDONLY)
+      (file, info) = try folder.openRegularFile(fileName, O_RDONLY)
     } catch GroupSyncError.system(ENOENT) {
       return nil
     } catch {
@@ -85,7 +88,7 @@ extension StoreSequencer {
       guard info.st_size <= options.maximumFileSize else {
         return .failure(.fileTooLarge(file: fileName, size: Int64(info.st_size), maximum: options.maximumFileSize), arrived: arrived)
       }
-      let bytes = try System.readAll(file.rawValue, size: Int(info.st_size), path: inbox.path + "/" + fileName)
+      let bytes = try System.readAll(file.rawValue, size: Int(info.st_size), path: folder.path + "/" + fileName)
       changeSet = try ChangeSetEncoding.decode(bytes, name: fileName)
     } catch {
       return .failure(.fileUnreadable(file: fileName, error: "\(error)"), arrived: arrived)

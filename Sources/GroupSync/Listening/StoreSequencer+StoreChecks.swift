@@ -1,14 +1,14 @@
+// Checks of the store on each rescan tick.
 import Foundation
 import Logging
 
-// Checks of the store on each rescan tick.
 extension StoreSequencer {
   /// How far the store is (a writer may have died after COMMIT, before its
   /// file reached us), and whether a program that does not use GroupSync
   /// committed (`PRAGMA data_version` moved while the history did not); for
   /// a read-only store, whether its file was replaced.
   /// Returns why to reset when so.
-  func checkStore(folder: SafeDirectory) -> ResetReason? {
+  func checkStore() -> ResetReason? {
     if let readOnlyFile {
       let now = readOnlyFile.identityNow
       guard now != fileIdentity else { return nil }
@@ -29,7 +29,7 @@ extension StoreSequencer {
       return nil
     }
     Logger.groupSync.warning("listener '\(listener)': a commit without a change set (foreign writer) seen in '\(store)'")
-    ForeignCommit.record(in: folder, sequence: sample.sequence)
+    ForeignCommit.record(in: inbox.ownerFolder, sequence: sample.sequence)
     return .foreignCommit
   }
 

@@ -1,3 +1,5 @@
+// Putting one store's change sets in sequence for a listener: its place,
+// catch-up from the history, missing change sets and resets.
 import Foundation
 import GRDB
 import Logging
@@ -19,6 +21,9 @@ final class StoreSequencer {
   let readOnlyFile: ReadOnlyStoreFile?
   var fileIdentity: FileIdentity?
   let cursor: DurableCursor?
+  /// The listener's inbox: the store's files waiting there are read and
+  /// removed through it, whatever folder it is now.
+  let inbox: OwnedInbox
   private let hostileActs: HostileActs
 
   /// The sequence the sequencer started after.
@@ -50,14 +55,15 @@ final class StoreSequencer {
   /// the store has (a store created after the listener started), else
   /// start after its current sequence or a durable place.
   init(
-    store: Store, listener: String, options: ListenerOptions, cursor: DurableCursor?, hostileActs: HostileActs,
-    fromStart: Bool
+    store: Store, listener: String, options: ListenerOptions, cursor: DurableCursor?, inbox: OwnedInbox,
+    hostileActs: HostileActs, fromStart: Bool
   ) throws {
     self.store = store.name
     storeID = store.storeID
     self.listener = listener
     self.options = options
     self.cursor = cursor
+    self.inbox = inbox
     self.hostileActs = hostileActs
     if let file = store.readOnlyFile {
       readOnlyFile = file
@@ -147,7 +153,7 @@ final class StoreSequencer {
   func takeExpiry() -> Reset? {
     guard let reason = expiry else { return nil }
     expiry = nil
-    let reset = reset(reason, inbox: nil)
+    let reset = reset(reason, removingInboxFiles: false)
     return Reset(reset.why, sequence: reset.sequence, isExpired: true, store: store, storeID: storeID)
   }
 
@@ -156,19 +162,19 @@ final class StoreSequencer {
   /// The next change set of a catch-up (a durable listener's, or a store
   /// found after the listener started), read from the history a page at a
   /// time; nil when there is none to replay.
-  func replay(inbox: SafeDirectory) -> ListenerEvent? {
+  func replay() -> ListenerEvent? {
     guard let reader, nextSequence <= replayThrough else { return nil }
     if replayBuffer.first?.sequence != nextSequence {
       replayBuffer = (try? reader.historyEntries(after: nextSequence - 1, limit: 256)) ?? []
     }
     guard let entry = replayBuffer.first, entry.sequence == nextSequence else {
-      return fromHistory(nextSequence, inbox: inbox)
+      return fromHistory(nextSequence)
     }
     replayBuffer.removeFirst()
     switch entry.changeSet {
     case .success(let changeSet): return .changes(accept(changeSet))
     case .failure(let error):
-      return .reset(reset(.replayUnreadable(sequence: nextSequence, error: "\(error)"), inbox: inbox))
+      return .reset(reset(.replayUnreadable(sequence: nextSequence, error: "\(error)")))
     }
   }
 
@@ -179,17 +185,29 @@ final class StoreSequencer {
     return changeSet
   }
 
+  /// What ``checkGap(laterInProcess:)`` found.
+  enum GapCheck {
+    /// No change set is missing, or its grace period runs.
+    case nothingDue
+    /// A change set is missing: its grace period started and lasts this
+    /// long (the caller looks once more now, and wakes up when it ends).
+    case graceStarted(Duration)
+    /// The missing change set, read from the history, or the reset that
+    /// says why it cannot be.
+    case event(ListenerEvent)
+  }
+
   /// A change set is missing while a later one waits, or while the store
-  /// is ahead of what was delivered: give it the grace period to arrive
-  /// (`wake` asks for a rescan now and a wake-up when it ends), then read
-  /// it from the history; what the history cannot give is a reset.
-  func checkGap(inbox: SafeDirectory, laterInProcess: Bool, wake: (Duration) -> Void) -> ListenerEvent? {
-    guard !isReadOnly else { return nil }
+  /// is ahead of what was delivered: give it the grace period to arrive,
+  /// then read it from the history; what the history cannot give is a
+  /// reset.
+  func checkGap(laterInProcess: Bool) -> GapCheck {
+    guard !isReadOnly else { return .nothingDue }
     let waiting = inboxSequences.contains { $0 > nextSequence } || moreBeyondWindow
       || storeSequence >= nextSequence || laterInProcess
     guard waiting else {
       gapDeadline = nil
-      return nil
+      return .nothingDue
     }
     let now = ContinuousClock.now
     if gapDeadline == nil || gapSequence != nextSequence {
@@ -199,20 +217,17 @@ final class StoreSequencer {
       gapSequence = nextSequence
       let deadline = now + graceLeft(for: nextSequence)
       gapDeadline = deadline
-      if deadline > now {
-        wake(deadline - now)
-        return nil
-      }
+      if deadline > now { return .graceStarted(deadline - now) }
     }
-    guard let deadline = gapDeadline, now >= deadline else { return nil }
+    guard let deadline = gapDeadline, now >= deadline else { return .nothingDue }
     gapDeadline = nil
-    return readFromHistory(inbox: inbox)
+    return readFromHistory().map { .event($0) } ?? .nothingDue
   }
 
   /// The next change set, read from the history now (its file was bad),
   /// or the reset that says why it cannot be; nil when nothing is due.
-  func readFromHistory(inbox: SafeDirectory) -> ListenerEvent? {
-    fromHistory(nextSequence, inbox: inbox)
+  func readFromHistory() -> ListenerEvent? {
+    fromHistory(nextSequence)
   }
 
   /// How much of the grace period change set `sequence` has left: the
@@ -231,28 +246,28 @@ final class StoreSequencer {
   /// Change set `sequence`, read from the store's history, or the reset
   /// that says why it cannot be; nil when it is not due after all (it
   /// committed just now, or only forged files claimed it, again).
-  private func fromHistory(_ sequence: Int64, inbox: SafeDirectory) -> ListenerEvent? {
-    guard let reader else { return .reset(reset(.noHistory(store: store), inbox: inbox)) }
+  private func fromHistory(_ sequence: Int64) -> ListenerEvent? {
+    guard let reader else { return .reset(reset(.noHistory(store: store))) }
     do {
       guard let entry = try reader.historyEntry(sequence) else {
         let oldest = try reader.oldestHistorySequence()
         if let oldest, sequence < oldest {
-          return .reset(reset(.historyPurged(sequence: sequence, oldest: oldest), inbox: inbox))
+          return .reset(reset(.historyPurged(sequence: sequence, oldest: oldest)))
         }
         storeSequence = try reader.sequence()
         // Committed between the two reads: the next look finds it.
         if sequence <= storeSequence { return nil }
         // Not committed: only forged files (or a forged in-process claim)
         // said it was. An act already answered is cleaned up quietly.
-        let arrived = inboxArrivals(inbox) { $0 > storeSequence }
+        let arrived = inboxArrivals { $0 > storeSequence }
         let continues = hostileActs.continues(arrived: arrived)
         Failpoint.stopOnce(if: Failpoint.stopAfterJudgingForgedFiles)
         guard continues else {
-          return .reset(reset(.notInHistory(sequence: sequence), inbox: inbox, badInput: true))
+          return .reset(reset(.notInHistory(sequence: sequence), badInput: true))
         }
         Logger.groupSync.warning(
           "listener '\(listener)': files of '\(store)' beyond its sequence \(storeSequence) removed (forged, again)")
-        hostileActs.noteArrived(removeInboxFiles(inbox) { $0 > storeSequence })
+        hostileActs.noteArrived(removeInboxFiles { $0 > storeSequence })
         inboxSequences = inboxSequences.filter { $0 <= storeSequence }
         moreBeyondWindow = false
         return nil
@@ -262,28 +277,31 @@ final class StoreSequencer {
         Logger.groupSync.info("listener '\(listener)': change set \(sequence) of '\(store)' read from the history")
         return .changes(accept(changeSet))
       case .failure(let error):
-        return .reset(reset(.historyEntryUnreadable(sequence: sequence, error: "\(error)"), inbox: inbox))
+        return .reset(reset(.historyEntryUnreadable(sequence: sequence, error: "\(error)")))
       }
     } catch {
-      return .reset(reset(.historyUnreadable(sequence: sequence, error: "\(error)"), inbox: inbox))
+      return .reset(reset(.historyUnreadable(sequence: sequence, error: "\(error)")))
     }
   }
 
   /// Logs why (unless the caller did), skips to the store's current
-  /// sequence and drops everything up to it; with `inbox`, also the
-  /// store's files waiting there.
+  /// sequence and drops everything up to it; with `removingInboxFiles`,
+  /// also the store's files waiting in the inbox (false: the caller
+  /// emptied the inbox, or the reset is decided before the first look).
   ///
   /// `badInput`: the reset answers an act of bad input; the files it
   /// removes arrived within that act (some may have come after the look
   /// that found it: a listener stopped in between), so their times
   /// continue it.
-  func reset(_ reason: ResetReason, inbox: SafeDirectory?, logged: Bool = false, badInput: Bool = false) -> Reset {
+  func reset(
+    _ reason: ResetReason, removingInboxFiles: Bool = true, logged: Bool = false, badInput: Bool = false
+  ) -> Reset {
     if !logged { Logger.groupSync.error("listener '\(listener)': store '\(store)': \(reason); resetting") }
     // List before reading the sequence: a file appears only after its
     // commit, so every file listed now is at or below the sequence read
     // next (covered by the reset), or forged; all of them go.
-    if let inbox {
-      let removed = removeInboxFiles(inbox) { _ in true }
+    if removingInboxFiles {
+      let removed = removeInboxFiles { _ in true }
       if badInput { hostileActs.noteArrived(removed) }
     }
     if let readOnlyFile {

@@ -1,3 +1,4 @@
+// Publishing committed change sets, in commit order, outside the write lock.
 import Logging
 import Synchronization
 
@@ -8,9 +9,10 @@ struct CommittedChangeSet: Sendable {
   let encoded: [UInt8]
   /// The author its history row records (nil: none).
   let author: String?
-  /// Whether a writer waits for it (``CommitPublisher/publish(through:)``
-  /// with its sequence); a migration's change set has no such writer.
-  let claimed: Bool
+  /// Whether the `Store.write` that made it waits for its outcome
+  /// (``CommitPublisher/publish(through:)`` with its sequence); a
+  /// migration's change set has no such writer.
+  let awaitedByWriter: Bool
 }
 
 /// Publishes committed change sets in commit order, outside the write lock.
@@ -80,7 +82,7 @@ final class CommitPublisher: Sendable {
           Logger.groupSync.error(
             "change set \(changeSet.sequence) committed but not delivered to every listener (they read it from the history): \(failures)")
         }
-        if committed.claimed {
+        if committed.awaitedByWriter {
           // The caller's own, the common case, goes back without the table.
           if changeSet.sequence == sequence {
             own = (changeSet, failures)

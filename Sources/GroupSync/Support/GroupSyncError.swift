@@ -1,3 +1,4 @@
+// The errors GroupSync throws, each named for what happened.
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -12,6 +13,9 @@ public enum GroupSyncError: Error, Equatable, Sendable, CustomStringConvertible 
   /// A listener name is empty, too long, or has characters other than
   /// letters, digits, `-`, `_` and `.`.
   case invalidListenerName(String)
+  /// A durable listener was asked for without a name: its place is kept
+  /// under its name, to be found by the next process that listens under it.
+  case durableListenerNeedsName
   /// Another live process already listens under this name.
   case listenerNameInUse(String)
   /// A durable listener's call (`acknowledge`) on a listener that is not
@@ -80,6 +84,8 @@ public enum GroupSyncError: Error, Equatable, Sendable, CustomStringConvertible 
       return "invalid change-set file '\(file)': \(reason)"
     case .invalidListenerName(let name):
       return "invalid listener name '\(name)': use 1-64 letters, digits, '-', '_' or '.', not starting with '.'"
+    case .durableListenerNeedsName:
+      return "a durable listener needs a name: its place is kept under it (listen(as: name, durable: true))"
     case .listenerNameInUse(let name):
       return "listener name '\(name)' is in use by a live listener"
     case .listenerNotDurable(let name):
