@@ -148,4 +148,22 @@ import Testing
       #expect(RelayError.postgres(call: "PQflush", message: "gone\n", sqlState: nil).description == "PQflush failed: gone")
     }
   }
+
+  /// The log's tables are listed once (``SharedSchema/tables``): every
+  /// table the statements make is there, and made by its own entry.
+  @Test func everyTableOfTheLogIsListedOnce() throws {
+    let made = SharedSchema.statements.compactMap { statement -> String? in
+      guard statement.hasPrefix("CREATE TABLE IF NOT EXISTS ") else { return nil }
+      return statement.dropFirst("CREATE TABLE IF NOT EXISTS ".count).split(separator: " ").first.map(String.init)
+    }
+    #expect(made == ["gs_clock", "gs_change", "gs_row", "gs_host", "gs_conflict", "gs_member", "gs_peer", "gs_group", "gs_schema"])
+    #expect(Set(made) == Set(SharedSchema.tableNames) && SharedSchema.tableNames.count == made.count)
+    for table in SharedSchema.tables {
+      #expect(SharedSchema.statements.filter { $0 == table.create }.count == 1, "\(table.name)")
+    }
+    #expect(SharedSchema.Table.member.create == """
+      CREATE TABLE IF NOT EXISTS gs_member (
+        role name NOT NULL, grp text NOT NULL, host text NOT NULL, PRIMARY KEY (grp, host))
+      """)
+  }
 }
