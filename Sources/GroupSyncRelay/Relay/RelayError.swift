@@ -1,3 +1,4 @@
+// RelayError: every error the relay throws or reports, and how it is worded.
 import Foundation
 import GroupSync
 
