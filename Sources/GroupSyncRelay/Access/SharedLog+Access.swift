@@ -1,3 +1,4 @@
+// SharedLog+Access: the privileges a relay's role needs, and the checks of what the server holds.
 import Foundation
 
 /// What a relay's role may do on the shared tables: the grants the set-up
@@ -190,23 +191,27 @@ extension SharedLog {
     let privileges = Statement(
       "SELECT v.label FROM (VALUES \(values.joined(separator: ", "))) AS v(label, granted) WHERE v.granted IS NOT TRUE",
       Self.checkedGrants.map(\.label))
-    let results = try connection.run([state, privileges])
-    let row = results[0].first ?? []
-    func column(_ index: Int) -> String? { index < row.count ? row[index] : nil }
-    let missingTables = (column(1) ?? "").split(separator: ",").map(String.init)
+    let results = try connection.query([state, privileges])
+    let row = results[0].first
+    let missingTables = (try row?.decode(String?.self, at: 1) ?? "").split(separator: ",").map(String.init)
     var schema: ServerSchema?
     if !missingTables.contains("gs_schema") {
-      schema = try connection.execute("SELECT version, serves_from, serves_from_relay FROM gs_schema").first
+      schema = try connection.query("SELECT version, serves_from, serves_from_relay FROM gs_schema").first
         .flatMap { row in
-          guard let version = Self.integer(row[0]), let servesFrom = Self.integer(row[1]) else { return nil }
-          return ServerSchema(version: Int(version), servesFrom: Int(servesFrom), servesFromRelay: row[2] ?? "?")
+          guard let version = try row.decode(Int?.self, at: 0), let servesFrom = try row.decode(Int?.self, at: 1)
+          else { return nil }
+          return ServerSchema(
+            version: version, servesFrom: servesFrom, servesFromRelay: try row.decode(String?.self, at: 2) ?? "?")
         }
     }
     return Access(
-      role: column(0) ?? "?", missingTables: missingTables,
-      staleFunctions: (column(2) ?? "").split(separator: ";").map { String($0.prefix { $0 != "(" }) },
-      schema: schema, rowSecurityActive: column(3) == "t", memberTableExists: column(4) == "t",
-      missingPrivileges: results[1].compactMap { $0.first ?? nil })
+      role: try row?.decode(String?.self, at: 0) ?? "?", missingTables: missingTables,
+      staleFunctions: (try row?.decode(String?.self, at: 2) ?? "").split(separator: ";").map {
+        String($0.prefix { $0 != "(" })
+      },
+      schema: schema, rowSecurityActive: try row?.decode(Bool.self, at: 3) ?? false,
+      memberTableExists: try row?.decode(Bool.self, at: 4) ?? false,
+      missingPrivileges: try results[1].compactMap { try $0.decode(String?.self, at: 0) })
   }
 
   /// Makes sure this session can act as `host` in `group`: creates the
@@ -245,9 +250,9 @@ extension SharedLog {
     if access.rowSecurityActive && !access.memberTableExists { missing.append("SELECT on gs_member (no such table)") }
     guard missing.isEmpty else { throw RelayError.missingPrivileges(role: access.role, missing: missing) }
     guard access.rowSecurityActive else { return }
-    let member = try connection.execute(
+    let member = try connection.query(
       "SELECT EXISTS (SELECT 1 FROM gs_member WHERE role = current_user AND grp = $1 AND host = $2)", [group, host])
-    guard member.first?.first == "t" else {
+    guard let row = member.first, try row.decode(Bool.self, at: 0) else {
       throw RelayError.notAMember(role: access.role, host: host, group: group)
     }
   }

@@ -1,3 +1,4 @@
+// ConnectionString: a relay's libpq connection string, read from its file and shown without its password.
 import CLibPQ
 import Foundation
 import GroupSync

@@ -1,3 +1,4 @@
+// The connection: one libpq session, its pipelined round trips, waits and errors.
 import CLibPQ
 import Foundation
 import GroupSync
@@ -13,21 +14,25 @@ import Glibc
 /// abandons any call at once. Statements are sent in libpq's pipeline
 /// mode: a batch of them (``run(_:)``) costs one round trip, and a batch
 /// outside `BEGIN` runs in one implicit transaction, all or nothing.
-/// Parameters travel apart from the SQL text, as text (nil is NULL), and
-/// every failure becomes a ``RelayError`` naming the libpq call.
+/// Parameters travel apart from the SQL text, in text format
+/// (``PostgresBindable``), rows come back as ``PostgresRows`` to decode
+/// (``PostgresRow``), and every failure becomes a ``RelayError`` naming
+/// the libpq call, with the server's SQLSTATE, DETAIL and HINT.
 ///
 /// `@unchecked Sendable`: libpq connections may move between threads but
 /// must not be used by two at once; the relay uses it from its thread only
 /// and closes it there.
 final class PostgresConnection: @unchecked Sendable {
-  /// One statement of a batch.
+  /// One statement of a batch, its parameters bound (``PostgresBindable``:
+  /// written in text format here, once).
   struct Statement: Sendable {
     let sql: String
+    /// The parameters as libpq sends them (nil: NULL).
     let parameters: [String?]
 
-    init(_ sql: String, _ parameters: [String?] = []) {
+    init(_ sql: String, _ parameters: [any PostgresBindable] = []) {
       self.sql = sql
-      self.parameters = parameters
+      self.parameters = parameters.map(\.postgresText)
     }
   }
 
@@ -44,7 +49,7 @@ final class PostgresConnection: @unchecked Sendable {
   /// conninfo nor libpq's environment sets them.
   ///
   /// - Throws: ``RelayError/invalidConfiguration(_:)`` for a conninfo
-  ///   libpq cannot parse; ``RelayError/postgres(call:message:sqlState:)``
+  ///   libpq cannot parse; ``RelayError/postgres(call:message:sqlState:detail:hint:)``
   ///   naming `PQconnectPoll` when no server can be reached or all refuse;
   ///   ``RelayError/timedOut(call:seconds:)`` past the connect timeout per
   ///   host; ``RelayError/stopped`` when `stop` is rung meanwhile.
@@ -59,7 +64,8 @@ final class PostgresConnection: @unchecked Sendable {
       PQconnectStartParams(keywords, values, 0)
     }
     guard let started else {
-      throw RelayError.postgres(call: "PQconnectStartParams", message: "out of memory", sqlState: nil)
+      throw RelayError.postgres(
+        call: "PQconnectStartParams", message: "out of memory", sqlState: nil, detail: nil, hint: nil)
     }
     connection = started
     // libpq leaves connect_timeout to the caller in asynchronous mode: it
@@ -112,14 +118,25 @@ final class PostgresConnection: @unchecked Sendable {
     return status == PQTRANS_INTRANS || status == PQTRANS_INERROR
   }
 
-  /// Runs one statement and returns its rows as text (nil for NULL).
+  /// Runs one statement and returns its rows, to decode.
   ///
-  /// - Throws: ``RelayError/postgres(call:message:sqlState:)`` with the
-  ///   server's SQLSTATE; ``RelayError/timedOut(call:seconds:)``;
+  /// - Throws: ``RelayError/postgres(call:message:sqlState:detail:hint:)``
+  ///   with the server's SQLSTATE; ``RelayError/timedOut(call:seconds:)``;
   ///   ``RelayError/stopped``.
   @discardableResult
-  func execute(_ sql: String, _ parameters: [String?] = []) throws -> [[String?]] {
-    try run([Statement(sql, parameters)])[0]
+  func query(_ sql: String, _ parameters: [any PostgresBindable] = []) throws -> PostgresRows {
+    try query([Statement(sql, parameters)])[0]
+  }
+
+  /// ``query(_:_:)``'s rows as text (nil for NULL), for checks and tests.
+  @discardableResult
+  func execute(_ sql: String, _ parameters: [any PostgresBindable] = []) throws -> [[String?]] {
+    try query(sql, parameters).texts
+  }
+
+  /// A batch's rows as text (nil for NULL), for checks and tests.
+  func run(_ statements: [Statement]) throws -> [[[String?]]] {
+    try query(statements).map(\.texts)
   }
 
   /// Sends `statements` in one pipeline, one round trip, and returns each
@@ -130,7 +147,7 @@ final class PostgresConnection: @unchecked Sendable {
   ///   not run); ``RelayError/timedOut(call:seconds:)`` when the server
   ///   does not answer within the statement timeout plus the dead-link
   ///   time (the connection is then unusable); ``RelayError/stopped``.
-  func run(_ statements: [Statement]) throws -> [[[String?]]] {
+  func query(_ statements: [Statement]) throws -> [PostgresRows] {
     let deadline = ContinuousClock.now + timeouts.statement + timeouts.deadLink
     for statement in statements {
       let sent = try Self.withCStrings(statement.parameters) { pointers in
@@ -141,10 +158,11 @@ final class PostgresConnection: @unchecked Sendable {
     guard PQpipelineSync(connection) == 1 else { throw failure("PQpipelineSync") }
     roundTrips += 1
     try flush(until: deadline)
-    var results: [[[String?]]] = []
+    var results: [PostgresRows] = []
+    results.reserveCapacity(statements.count)
     var firstError: RelayError?
     for _ in statements {
-      var rows: [[String?]] = []
+      var rows = PostgresRows()
       while let result = try nextResult(until: deadline) {
         defer { PQclear(result) }
         switch PQresultStatus(result) {
@@ -260,19 +278,25 @@ final class PostgresConnection: @unchecked Sendable {
   // MARK: Errors and values
 
   private func failure(_ call: String) -> RelayError {
-    RelayError.postgres(call: call, message: String(cString: PQerrorMessage(connection)), sqlState: nil)
+    RelayError.postgres(
+      call: call, message: String(cString: PQerrorMessage(connection)), sqlState: nil, detail: nil, hint: nil)
   }
 
+  /// The server's error: its message as libpq words it, and its SQLSTATE,
+  /// DETAIL and HINT fields.
   private func serverError(_ result: OpaquePointer) -> RelayError {
     let message = String(cString: PQresultErrorMessage(result))
-    let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { SQLState(rawValue: String(cString: $0)) }
+    func field(_ code: Int32) -> String? { PQresultErrorField(result, code).map { String(cString: $0) } }
     return RelayError.postgres(
       call: "PQgetResult", message: message.isEmpty ? String(cString: PQerrorMessage(connection)) : message,
-      sqlState: state)
+      sqlState: field(GS_PG_DIAG_SQLSTATE).map(SQLState.init(rawValue:)), detail: field(GS_PG_DIAG_MESSAGE_DETAIL),
+      hint: field(GS_PG_DIAG_MESSAGE_HINT))
   }
 
-  private static func rows(of result: OpaquePointer) -> [[String?]] {
+  /// A result's column names (read once, shared by its rows) and rows.
+  private static func rows(of result: OpaquePointer) -> PostgresRows {
     let rowCount = PQntuples(result), columnCount = PQnfields(result)
+    let columns = (0..<columnCount).map { PQfname(result, $0).map { String(cString: $0) } ?? "?" }
     var rows: [[String?]] = []
     rows.reserveCapacity(Int(rowCount))
     for row in 0..<rowCount {
@@ -283,7 +307,7 @@ final class PostgresConnection: @unchecked Sendable {
       }
       rows.append(values)
     }
-    return rows
+    return PostgresRows(columns: columns, texts: rows)
   }
 
   /// The connection's parameters: the conninfo's own, then the defaults
@@ -341,27 +365,5 @@ final class PostgresConnection: @unchecked Sendable {
       pointers.append(copy)
     }
     return body(pointers.map { $0.map { UnsafePointer($0) } })
-  }
-}
-
-/// PostgreSQL array literals for `ANY($1::text[])` and `unnest`.
-enum PostgresArray {
-  /// `{"a","b",NULL}`: every element quoted, `"` and `\` escaped.
-  static func literal(_ values: [String?]) -> String {
-    var text = "{"
-    for (index, value) in values.enumerated() {
-      if index > 0 { text += "," }
-      guard let value else {
-        text += "NULL"
-        continue
-      }
-      text += "\""
-      for character in value.unicodeScalars {
-        if character == "\"" || character == "\\" { text += "\\" }
-        text.unicodeScalars.append(character)
-      }
-      text += "\""
-    }
-    return text + "}"
   }
 }

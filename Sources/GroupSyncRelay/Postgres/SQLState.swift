@@ -1,3 +1,4 @@
+// SQLSTATE: a PostgreSQL error's code, and the codes the relay acts on by name.
 /// A PostgreSQL error's SQLSTATE: five characters, the first two naming
 /// its class. The codes the relay acts on are named, so that a caller
 /// matches an error by what happened, not by its text. For example:
@@ -59,10 +60,10 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, ExpressibleByStrin
   /// the server ends the session.
   public var endsSession: Bool { rawValue.hasPrefix("57P") }
 
-  /// Whether `error` is a ``RelayError/postgres(call:message:sqlState:)``
+  /// Whether `error` is a ``RelayError/postgres(call:message:sqlState:detail:hint:)``
   /// with this SQLSTATE, so that `catch SQLState.lockNotAvailable` works.
   public static func ~= (state: SQLState, error: any Error) -> Bool {
-    guard case RelayError.postgres(_, _, let actual?) = error else { return false }
+    guard case RelayError.postgres(_, _, let actual?, _, _) = error else { return false }
     return actual == state
   }
 }

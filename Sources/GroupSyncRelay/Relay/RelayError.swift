@@ -1,11 +1,17 @@
+// RelayError: every error the relay throws or reports, and how it is worded.
 import Foundation
 import GroupSync
 
 /// An error the relay throws or reports. Each case names what was wrong.
 public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
   /// A libpq call failed: `call` names it, `message` is the server's or
-  /// libpq's text, `sqlState` the SQLSTATE when the server sent one.
-  case postgres(call: String, message: String, sqlState: SQLState?)
+  /// libpq's text, `sqlState` the SQLSTATE when the server sent one, and
+  /// `detail` and `hint` its DETAIL and HINT fields when it sent them.
+  case postgres(call: String, message: String, sqlState: SQLState?, detail: String? = nil, hint: String? = nil)
+  /// PostgreSQL answered with a value the relay cannot read: `text` (nil:
+  /// NULL) in result column `column`, where it expects a value of type
+  /// `expected` (`bigint`, `boolean`…).
+  case unexpectedValue(column: String, text: String?, expected: String)
   /// The connection to PostgreSQL is down (it never came up, or it broke).
   case disconnected(reason: String)
   /// Another relay holds this host's place in the group: locally (the
@@ -75,7 +81,7 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
     case .schemaMismatch, .unsupportedTable, .invalidEntry, .unreadableFormat, .uniqueKeysKeepColliding,
       .unexpectedAnswer:
       true
-    case .postgres(_, _, let state?):
+    case .postgres(_, _, let state?, _, _):
       // The connection broke, the server ends the session, or it failed
       // inside: start over.
       !state.isConnectionException && !state.endsSession && state != .internalError
@@ -85,9 +91,17 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
 
   public var description: String {
     switch self {
-    case .postgres(let call, let message, let sqlState):
-      let text = message.trimmingCharacters(in: .whitespacesAndNewlines)
+    case .postgres(let call, let message, let sqlState, let detail, let hint):
+      var text = message.trimmingCharacters(in: .whitespacesAndNewlines)
+      // libpq's message holds the DETAIL and HINT lines already, worded so,
+      // unless its verbosity is terse or the error was made elsewhere.
+      for (label, field) in [("DETAIL", detail), ("HINT", hint)] {
+        if let field, !text.contains(field) { text += "\n\(label):  \(field)" }
+      }
       return "\(call) failed\(sqlState.map { " (SQLSTATE \($0))" } ?? ""): \(text)"
+    case .unexpectedValue(let column, let text, let expected):
+      let shown = text.map { $0.count > 100 ? "'\($0.prefix(100))…'" : "'\($0)'" } ?? "NULL"
+      return "PostgreSQL sent \(shown) in column '\(column)' where the relay reads a value of type \(expected)"
     case .disconnected(let reason):
       return "not connected to PostgreSQL: \(reason)"
     case .relayAlreadyRunning(let host, let group, let place):

@@ -1,3 +1,4 @@
+// LogEntry: an entry's body and a row's stored image, as the shared log carries them.
 import Foundation
 
 /// The body of one entry of the shared log (`gs_change.body`): the row

@@ -1,3 +1,4 @@
+// LogFormat: the shared log's formats, how each is marked and who reads it.
 import Foundation
 
 /// A format of the shared log: how an entry's body (`gs_change.body`), a

@@ -1,3 +1,4 @@
+// SharedLog+Applying: what the applier reads from the log, and the applied place it records.
 import Foundation
 
 /// What the applier reads from the log, and the applied place it records
@@ -33,16 +34,17 @@ extension SharedLog {
         WHERE grp = k.grp AND store = k.store AND seq >= $3 ORDER BY seq LIMIT $4) c ON true
       WHERE k.grp = $1 AND k.store = $2
       """,
-      [replica.group, replica.store, String(from), String(limit), String(bodiesAfter)]),
+      [replica.group, replica.store, from, limit, bodiesAfter]),
     ])[0]
-    guard let clock = rows.first, let head = Self.integer(clock[0]) else { return nil }
+    guard let clock = rows.first, let head = try clock.decode(Int64?.self, at: 0) else { return nil }
     var entries: [StoredEntry] = []
     for row in rows {
       // No entry: the clock row alone, its entry columns NULL.
-      guard let position = Self.integer(row[2]), let origin = Self.origin(host: row[3], sequence: row[4]) else { break }
-      entries.append(StoredEntry(position: position, origin: origin, body: row[5]))
+      guard let position = try row.decode(Int64?.self, at: 2), let origin = try Self.origin(row, host: 3, sequence: 4)
+      else { break }
+      entries.append(StoredEntry(position: position, origin: origin, body: try row.decode(String?.self, at: 5)))
     }
-    return Window(head: head, purged: Self.integer(clock[1]) ?? 0, entries: entries)
+    return Window(head: head, purged: try clock.decode(Int64?.self, at: 1) ?? 0, entries: entries)
   }
 
   /// Records `replica`'s applied place with the next round trip (see
@@ -52,7 +54,7 @@ extension SharedLog {
     deferBookkeeping(
       Statement(
         "UPDATE gs_host SET applied_seq = $4, seen_at = now() WHERE grp = $1 AND store = $2 AND host = $3",
-        [replica.group, replica.store, replica.host, String(position)]),
+        [replica.group, replica.store, replica.host, position]),
       for: replica)
   }
 
@@ -62,42 +64,28 @@ extension SharedLog {
     let head: Int64
     /// The origin of the entry at the head (nil: none, or purged).
     let headOrigin: EntryOrigin?
-    /// Oldest position first.
-    let rows: [SnapshotRow]
-  }
-
-  /// A row's current image in a ``Snapshot``: the position that wrote it,
-  /// its columns (a JSON array) and values (JSON; nil: deleted).
-  struct SnapshotRow: Sendable, Equatable {
-    let table: String
-    let gid: String
-    let position: Int64
-    let columns: String
-    let data: String?
+    /// The rows' current images, oldest position first.
+    let rows: [StoredRow]
   }
 
   /// Reads `replica`'s store whole: a read-only `REPEATABLE READ`
   /// transaction, so the head and the rows are one snapshot.
   func snapshot(_ replica: Replica) throws -> Snapshot {
-    let keys: [String?] = [replica.group, replica.store]
+    let keys = [replica.group, replica.store]
     return try connection.transaction {
-      try connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-      let clock = try connection.execute(
+      try connection.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+      let clock = try connection.query(
         """
         SELECT k.seq, c.origin_host, c.origin_seq FROM gs_clock k
         LEFT JOIN gs_change c ON c.grp = k.grp AND c.store = k.store AND c.seq = k.seq
         WHERE k.grp = $1 AND k.store = $2
         """, keys)
-      let rows = try connection.execute(
+      let rows = try connection.query(
         "SELECT tbl, gid, seq, columns, data FROM gs_row WHERE grp = $1 AND store = $2 ORDER BY seq, tbl, gid", keys)
       return Snapshot(
-        head: Self.integer(clock.first?[0] ?? nil) ?? 0,
-        headOrigin: clock.first.flatMap { Self.origin(host: $0[1], sequence: $0[2]) },
-        rows: rows.compactMap { row in
-          guard let table = row[0], let gid = row[1], let position = Self.integer(row[2]), let columns = row[3]
-          else { return nil }
-          return SnapshotRow(table: table, gid: gid, position: position, columns: columns, data: row[4])
-        })
+        head: try clock.first?.decode(Int64?.self, at: 0) ?? 0,
+        headOrigin: try clock.first.flatMap { try Self.origin($0, host: 1, sequence: 2) },
+        rows: try rows.map { try StoredRow($0) })
     }
   }
 
@@ -109,8 +97,8 @@ extension SharedLog {
         """
         SELECT extract(epoch from clock_timestamp() - committed_at) FROM gs_change
         WHERE grp = $1 AND store = $2 AND seq > $3 ORDER BY seq LIMIT 1
-        """, [replica.group, replica.store, String(applied)]),
+        """, [replica.group, replica.store, applied]),
     ])[0]
-    return rows.first.flatMap { $0[0] }.flatMap { Double($0) }
+    return try rows.first?.decode(Double?.self, at: 0)
   }
 }

@@ -1,3 +1,4 @@
+// SharedLog+Hint: the notification a shipment sends, and how a relay reads it.
 import Foundation
 
 extension SharedLog {

@@ -1,3 +1,4 @@
+// SharedLog+Members: the group's members and its format, as the log keeps them.
 import Foundation
 
 /// The group's members and its format: what each relay announces it
@@ -12,7 +13,7 @@ extension SharedLog {
   /// (``differingRules``).
   @discardableResult
   func announce(group: String, host: String, version: RelayVersion, rules: String) throws -> LogFormat {
-    let reads = PostgresArray.literal(version.reads.map { String($0.rawValue) })
+    let reads = version.reads.map(\.rawValue)
     let results = try exchange([
       Statement(
         """
@@ -23,7 +24,7 @@ extension SharedLog {
       Statement("SELECT gs_advance_2($1)", [group]),
       Self.differingRulesStatement(group: group, host: host, rules: rules),
     ])
-    readDifferingRules(results[2])
+    try readDifferingRules(results[2])
     return try readGroupFormat(results[1])
   }
 
@@ -35,7 +36,7 @@ extension SharedLog {
     let results = try exchange([
       Statement("SELECT gs_advance_2($1)", [group]), Self.differingRulesStatement(group: group, host: host, rules: rules),
     ])
-    readDifferingRules(results[1])
+    try readDifferingRules(results[1])
     return try readGroupFormat(results[0])
   }
 
@@ -52,17 +53,19 @@ extension SharedLog {
       """, [group, host, rules])
   }
 
-  private func readDifferingRules(_ rows: [[String?]]) {
+  private func readDifferingRules(_ rows: PostgresRows) throws {
     var differing: [String: String] = [:]
-    for row in rows where row.count == 2 { differing[row[0] ?? "?"] = row[1] ?? "" }
+    for row in rows {
+      differing[try row.decode(String?.self, at: 0) ?? "?"] = try row.decode(String?.self, at: 1) ?? ""
+    }
     differingRules = differing
   }
 
-  private func readGroupFormat(_ rows: [[String?]]) throws -> LogFormat {
-    guard let number = Self.integer(rows.first?[0] ?? nil) else {
-      throw RelayError.invalidEntry(store: "", sequence: 0, reason: "gs_advance_2 returned no format")
+  private func readGroupFormat(_ rows: PostgresRows) throws -> LogFormat {
+    guard let number = try rows.first?.decode(Int?.self, at: 0) else {
+      throw RelayError.unexpectedAnswer(statement: "gs_advance_2", problem: "it returned no format")
     }
-    groupFormat = LogFormat(rawValue: Int(number))
+    groupFormat = LogFormat(rawValue: number)
     return groupFormat
   }
 
@@ -89,7 +92,7 @@ extension SharedLog {
     _ = try exchange([
       Statement(
         "UPDATE gs_host SET held_at = $4::bigint WHERE grp = $1 AND store = $2 AND host = $3",
-        [replica.group, replica.store, replica.host, position.map { String($0) }]),
+        [replica.group, replica.store, replica.host, position]),
     ])
   }
 
@@ -111,12 +114,14 @@ extension SharedLog {
         ORDER BY 1
         """, [group]),
     ])
-    let members = results[1].map { row in
+    let members = try results[1].map { row in
       GroupFleet.Member(
-        host: row[0] ?? "?", version: row[1], reads: (row[2] ?? "1").split(separator: ",").compactMap { Int($0) },
-        announcedAt: row[3], seenAt: row[4], holds: (row[5] ?? "").split(separator: ",").map(String.init),
-        retired: row[6] == "t")
+        host: try row.decode(String?.self, at: 0) ?? "?", version: try row.decode(String?.self, at: 1),
+        reads: (try row.decode(String?.self, at: 2) ?? "1").split(separator: ",").compactMap { Int($0) },
+        announcedAt: try row.decode(String?.self, at: 3), seenAt: try row.decode(String?.self, at: 4),
+        holds: (try row.decode(String?.self, at: 5) ?? "").split(separator: ",").map(String.init),
+        retired: try row.decode(Bool.self, at: 6))
     }
-    return GroupFleet(group: group, format: Int(Self.integer(results[0].first?[0] ?? nil) ?? 1), members: members)
+    return GroupFleet(group: group, format: try results[0].first?.decode(Int?.self, at: 0) ?? 1, members: members)
   }
 }

@@ -1,3 +1,4 @@
+// SharedLog+Recovery: what a relay reads after each (re)connect to find where its store stands.
 import Foundation
 
 /// What a relay reads after each (re)connect, to find where its store
@@ -24,7 +25,7 @@ extension SharedLog {
   /// reads its shipped place, the clock, and the origin of the entry at
   /// `place` (this host's applied place): one round trip.
   func enroll(_ replica: Replica, place: Int64) throws -> Enrollment {
-    let keys: [String?] = [replica.group, replica.store, replica.host]
+    let keys = [replica.group, replica.store, replica.host]
     let results = try exchange([
       .init("INSERT INTO gs_host(grp, store, host) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", keys),
       // A relay that starts holds nothing yet (it finds out again).
@@ -37,14 +38,15 @@ extension SharedLog {
         SELECT k.seq, k.purged_through, c.origin_host, c.origin_seq FROM gs_clock k
         LEFT JOIN gs_change c ON c.grp = k.grp AND c.store = k.store AND c.seq = $3
         WHERE k.grp = $1 AND k.store = $2
-        """, [replica.group, replica.store, String(place)]),
+        """, [replica.group, replica.store, place]),
     ])
-    let clock = results[4].first.flatMap { row -> Clock? in
-      guard let head = Self.integer(row[0]) else { return nil }
+    let clock = try results[4].first.flatMap { row -> Clock? in
+      guard let head = try row.decode(Int64?.self, at: 0) else { return nil }
       return Clock(
-        head: head, purged: Self.integer(row[1]) ?? 0, entryAtPlace: Self.origin(host: row[2], sequence: row[3]))
+        head: head, purged: try row.decode(Int64?.self, at: 1) ?? 0,
+        entryAtPlace: try Self.origin(row, host: 2, sequence: 3))
     }
-    return Enrollment(shipped: Self.integer(results[3].first?[0] ?? nil) ?? 0, clock: clock)
+    return Enrollment(shipped: try results[3].first?.decode(Int64?.self, at: 0) ?? 0, clock: clock)
   }
 
   /// An entry `replica`'s host shipped: its position and body.
@@ -56,14 +58,13 @@ extension SharedLog {
   /// The entries `replica`'s host shipped of local sequences after
   /// `originSequence`, in the log's order.
   func ownEntries(_ replica: Replica, after originSequence: Int64) throws -> [OwnEntry] {
-    let rows = try connection.execute(
+    let rows = try connection.query(
       """
       SELECT seq, body FROM gs_change WHERE grp = $1 AND store = $2 AND origin_host = $3 AND origin_seq > $4
       ORDER BY seq
-      """, [replica.group, replica.store, replica.host, String(originSequence)])
-    return rows.compactMap { row in
-      guard let position = Self.integer(row[0]), let body = row[1] else { return nil }
-      return OwnEntry(position: position, body: body)
+      """, [replica.group, replica.store, replica.host, originSequence])
+    return try rows.map { row in
+      OwnEntry(position: try row.decode(Int64.self, at: 0), body: try row.decode(String.self, at: 1))
     }
   }
 }

@@ -1,3 +1,4 @@
+// SharedLog+Shipping: a shipment's statements, and how their answers read.
 import Foundation
 
 /// A shipment's statements: in one round trip when no row it writes moved
@@ -5,15 +6,15 @@ import Foundation
 /// position taken, the images and the entry written, in two more (see
 /// ``Shipper``).
 extension SharedLog {
-  /// A row of `gs_row`: its current image, the position and host that
-  /// wrote it, its columns (a JSON array) and values (JSON; nil: deleted).
+  /// A row of `gs_row` as a settled shipment locks and reads it: its
+  /// current image (``StoredRow``, whose fields it answers to:
+  /// `current.position`) and the host that wrote it.
+  @dynamicMemberLookup
   struct CurrentRow: Sendable, Equatable {
-    let table: String
-    let gid: String
-    let position: Int64
+    let row: StoredRow
     let host: String
-    let columns: String
-    let data: String?
+
+    subscript<Value>(dynamicMember field: KeyPath<StoredRow, Value>) -> Value { row[keyPath: field] }
   }
 
   /// What a shipment's first round trip found, its transaction left open.
@@ -22,16 +23,6 @@ extension SharedLog {
     let shippedPlace: Int64
     /// The current images of the rows the shipment writes, locked.
     let rows: [CurrentRow]
-  }
-
-  /// An image that goes into `gs_row` as the row's current one, and the
-  /// position of the image it was written on (checked when not settled).
-  struct Winner: Sendable, Equatable {
-    let table: String
-    let gid: String
-    let base: Int64
-    let columns: String
-    let data: String?
   }
 
   /// What a shipment writes.
@@ -53,7 +44,7 @@ extension SharedLog {
   /// `gs_row` named by `targets`, and reads them: one round trip. The
   /// transaction stays open for ``ship(_:_:settled:)`` (or a rollback).
   func beginShipment(_ replica: Replica, targets: [(table: String, gid: String)]) throws -> OpenShipment {
-    let results = try connection.run([
+    let results = try connection.query([
       .init("BEGIN"),
       .init(
         "SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3 FOR UPDATE",
@@ -66,16 +57,12 @@ extension SharedLog {
           SELECT g.tbl, g.gid, g.seq, g.origin_host, g.columns, g.data FROM gs_row g
           WHERE g.grp = $1 AND g.store = $2 AND g.tbl = w.tbl AND g.gid = w.gid FOR UPDATE) r
         """,
-        [replica.group, replica.store, PostgresArray.literal(targets.map(\.table)),
-         PostgresArray.literal(targets.map(\.gid))]),
+        [replica.group, replica.store, targets.map(\.table), targets.map(\.gid)]),
     ])
-    let rows = results[2].compactMap { row -> CurrentRow? in
-      guard let table = row[0], let gid = row[1], let position = Self.integer(row[2]), let host = row[3],
-        let columns = row[4]
-      else { return nil }
-      return CurrentRow(table: table, gid: gid, position: position, host: host, columns: columns, data: row[5])
+    let rows = try results[2].map { row in
+      CurrentRow(row: try StoredRow(row, skipping: 1), host: try row.decode(String.self, at: 3))
     }
-    return OpenShipment(shippedPlace: Self.integer(results[1].first?[0] ?? nil) ?? 0, rows: rows)
+    return OpenShipment(shippedPlace: try results[1].first?.decode(Int64?.self, at: 0) ?? 0, rows: rows)
   }
 
   /// How ``ship(_:_:settled:)`` ended.
@@ -108,7 +95,7 @@ extension SharedLog {
   /// `COMMIT` in the same pipeline, so the server runs it through without
   /// waiting for this host.
   ///
-  /// - Throws: ``RelayError/invalidEntry(store:sequence:reason:)`` when
+  /// - Throws: ``RelayError/unexpectedAnswer(statement:problem:)`` when
   ///   `gs_clock` has no row for the store.
   func ship(_ replica: Replica, _ shipment: Shipment, settled: Bool) throws -> ShipOutcome {
     let conflicts = shipment.conflicts.map(\.record)
@@ -119,25 +106,23 @@ extension SharedLog {
         $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::boolean, $19::smallint)
       """,
       [
-        replica.group, replica.store, replica.host, String(shipment.through), shipment.body,
-        shipment.retention.map { String($0) },
-        PostgresArray.literal(shipment.winners.map(\.table)), PostgresArray.literal(shipment.winners.map(\.gid)),
-        PostgresArray.literal(shipment.winners.map { String($0.base) }),
-        PostgresArray.literal(shipment.winners.map(\.columns)), PostgresArray.literal(shipment.winners.map(\.data)),
-        PostgresArray.literal(conflicts.map(\.table)), PostgresArray.literal(conflicts.map(\.gid)),
-        PostgresArray.literal(conflicts.map(\.rule.rawValue)), PostgresArray.literal(conflicts.map(\.winnerHost)),
-        PostgresArray.literal(conflicts.map(\.loserHost)), PostgresArray.literal(shipment.conflicts.map(\.json)),
-        settled ? "true" : "false", String(shipment.format.rawValue),
+        replica.group, replica.store, replica.host, shipment.through, shipment.body, shipment.retention,
+        shipment.winners.map(\.table), shipment.winners.map(\.gid), shipment.winners.map(\.position),
+        shipment.winners.map(\.columns), shipment.winners.map(\.data),
+        conflicts.map(\.table), conflicts.map(\.gid), conflicts.map(\.rule.rawValue), conflicts.map(\.winnerHost),
+        conflicts.map(\.loserHost), shipment.conflicts.map(\.json), settled, shipment.format.rawValue,
       ])
-    let rows = settled ? try connection.run([statement, Statement("COMMIT")])[0] : try exchange([statement])[0]
-    let outcome = rows.first?[0] ?? nil, position = Self.integer(rows.first?[1] ?? nil) ?? 0
-    if let format = Self.integer(rows.first?[2] ?? nil) { groupFormat = LogFormat(rawValue: Int(format)) }
+    let rows = settled ? try connection.query([statement, Statement("COMMIT")])[0] : try exchange([statement])[0]
+    let row = rows.first
+    let outcome = try row?.decode(String?.self, at: 0), position = try row?.decode(Int64?.self, at: 1) ?? 0
+    if let format = try row?.decode(Int?.self, at: 2) { groupFormat = LogFormat(rawValue: format) }
     switch outcome {
     case "shipped": return .shipped(position: position)
     case "already": return .alreadyShipped(through: position)
     case "moved": return .rowsMoved
     default:
-      throw RelayError.invalidEntry(store: replica.store, sequence: 0, reason: "gs_clock has no row for the store")
+      throw RelayError.unexpectedAnswer(
+        statement: "gs_ship_2", problem: "gs_clock has no row for store '\(replica.store)' of group '\(replica.group)'")
     }
   }
 }

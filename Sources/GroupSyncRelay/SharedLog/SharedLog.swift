@@ -1,9 +1,12 @@
+// SharedLog: the door to the shared log, its session, and the round trips its extensions share.
 import Foundation
 
 /// The relay's tables in PostgreSQL, shared by every host of every group
 /// in the database, and the one door to them: every statement against
 /// them is here (and in its extensions by concern), with typed parameters
-/// and typed rows, over one ``PostgresConnection``.
+/// (``PostgresBindable``) and typed rows (``PostgresRow``), over one
+/// ``PostgresConnection``. Its tables are listed once, in
+/// ``SharedSchema/tables``.
 ///
 /// Rows are keyed by group name and store name: each host's replica of a
 /// store has its own local UUID, so stores meet by name.
@@ -108,10 +111,10 @@ final class SharedLog {
   /// the deferred bookkeeping (one implicit transaction with them: if any
   /// fails, nothing is done and the bookkeeping waits on). Returns the
   /// rows of `statements` only.
-  func exchange(_ statements: [Statement]) throws -> [[[String?]]] {
+  func exchange(_ statements: [Statement]) throws -> [PostgresRows] {
     let riding = Array(deferred.values)
     guard !riding.isEmpty || !statements.isEmpty else { return [] }
-    let results = try connection.run(riding + statements)
+    let results = try connection.query(riding + statements)
     deferred = [:]
     deferredSince = nil
     return Array(results.dropFirst(riding.count))
@@ -124,7 +127,7 @@ final class SharedLog {
     let settings = timeouts.sessionSettings(serverVersion: connection.serverVersion)
       + [("client_min_messages", "warning")]
     let calls = settings.indices.map { "set_config($\(2 * $0 + 1), $\(2 * $0 + 2), false)" }
-    try connection.execute("SELECT " + calls.joined(separator: ", "), settings.flatMap { [$0.0, $0.1] })
+    try connection.query("SELECT " + calls.joined(separator: ", "), settings.flatMap { [$0.0, $0.1] })
   }
 
   /// Makes the server's objects, or migrates them to this build's
@@ -134,8 +137,8 @@ final class SharedLog {
   /// transaction-level advisory lock.
   func createTables() throws {
     try connection.transaction {
-      try connection.execute("SELECT " + Self.schemaLock)
-      for statement in SharedSchema.statements { try connection.execute(statement) }
+      try connection.query("SELECT " + Self.schemaLock)
+      for statement in SharedSchema.statements { try connection.query(statement) }
     }
   }
 
@@ -150,27 +153,64 @@ final class SharedLog {
   /// - Throws: ``RelayError/relayAlreadyRunning(host:group:where:)`` when
   ///   another session holds it.
   func lockHost(group: String, host: String) throws {
-    let rows = try connection.execute(
+    let rows = try connection.query(
       "SELECT pg_try_advisory_lock(hashtext('groupsync-relay'), hashtext($1))", [group + "\u{1}" + host])
-    guard rows.first?.first == "t" else {
+    guard let row = rows.first, try row.decode(Bool.self, at: 0) else {
       throw RelayError.relayAlreadyRunning(host: host, group: group, where: "PostgreSQL advisory lock held")
     }
   }
 
   /// Subscribes the session to ``channel``.
   func listen() throws {
-    try connection.execute("LISTEN \(Self.channel)")
+    try connection.query("LISTEN \(Self.channel)")
   }
 
   // MARK: Values
 
-  /// A text column's value as a number (nil for NULL).
-  static func integer(_ text: String?) -> Int64? { text.flatMap { Int64($0) } }
+  /// A row's image as `gs_row` keeps it: its table and global ID, a
+  /// position, its columns (a JSON array) and values (``StoredImage``;
+  /// nil: the row is deleted). Read from `gs_row` (``snapshot(_:)``,
+  /// ``CurrentRow``), `position` is the entry that wrote the image; as a
+  /// shipment's winner (``Winner``), the one whose image it was written on.
+  struct StoredRow: Sendable, Equatable {
+    let table: String
+    let gid: String
+    let position: Int64
+    let columns: String
+    let data: String?
 
-  /// The origin of an entry, from its host and origin-sequence columns
+    init(table: String, gid: String, position: Int64, columns: String, data: String?) {
+      self.table = table
+      self.gid = gid
+      self.position = position
+      self.columns = columns
+      self.data = data
+    }
+
+    /// A winner of a shipment, written on the image at position `base`.
+    init(table: String, gid: String, base: Int64, columns: String, data: String?) {
+      self.init(table: table, gid: gid, position: base, columns: columns, data: data)
+    }
+
+    /// The row of `gs_row` that a result's `row` holds: table, global ID
+    /// and position, then (after `skipping` columns) columns and values.
+    init(_ row: PostgresRow, skipping: Int = 0) throws {
+      self.init(
+        table: try row.decode(String.self, at: 0), gid: try row.decode(String.self, at: 1),
+        position: try row.decode(Int64.self, at: 2), columns: try row.decode(String.self, at: 3 + skipping),
+        data: try row.decode(String?.self, at: 4 + skipping))
+    }
+  }
+
+  /// An image that goes into `gs_row` as the row's current one, and the
+  /// position of the image it was written on (checked when not settled).
+  typealias Winner = StoredRow
+
+  /// The origin of an entry, from `row`'s host and origin-sequence columns
   /// (nil when either is NULL: no such entry).
-  static func origin(host: String?, sequence: String?) -> EntryOrigin? {
-    guard let host, let sequence = integer(sequence) else { return nil }
+  static func origin(_ row: PostgresRow, host: Int, sequence: Int) throws -> EntryOrigin? {
+    guard let host = try row.decode(String?.self, at: host), let sequence = try row.decode(Int64?.self, at: sequence)
+    else { return nil }
     return EntryOrigin(host: host, sequence: sequence)
   }
 }

@@ -1,3 +1,4 @@
+// SharedSchema: the relay's objects in PostgreSQL (tables, functions), by version.
 import Foundation
 
 /// The relay's objects in PostgreSQL, by version: each version's
@@ -38,10 +39,33 @@ enum SharedSchema {
   /// makes or migrates the server's objects.
   static var statements: [String] { version1 + version2 + version3 + [recordVersion] }
 
-  /// The relay's tables, as `to_regclass` names them.
-  static let tableNames = [
-    "gs_clock", "gs_change", "gs_row", "gs_host", "gs_conflict", "gs_member", "gs_peer", "gs_group", "gs_schema",
-  ]
+  // MARK: The tables
+
+  /// A table of the log: its name, as `to_regclass` and `GRANT` name it,
+  /// and the version that makes it with its `CREATE TABLE` (columns added
+  /// later are in the later versions' statements).
+  struct Table: Sendable {
+    let name: String
+    let version: Int
+    /// The inside of `CREATE TABLE IF NOT EXISTS name (…)`.
+    private let body: String
+
+    init(_ name: String, version: Int, _ body: String) {
+      self.name = name
+      self.version = version
+      self.body = body
+    }
+
+    var create: String { "CREATE TABLE IF NOT EXISTS \(name) (\n\(body))" }
+  }
+
+  /// Every table of the log, once: what ``statements`` make, the set-up
+  /// grants on and revokes from `PUBLIC` (``AccessSetup``), and a relay
+  /// checks exists.
+  static let tables: [Table] = [.clock, .change, .row, .host, .conflict, .member, .peer, .group, .schema]
+
+  /// The names of ``tables``.
+  static var tableNames: [String] { tables.map(\.name) }
 
   /// The functions, by signature, and their bodies as the server keeps
   /// them (`pg_proc.prosrc`): a relay that finds another body there (of
@@ -56,35 +80,8 @@ enum SharedSchema {
 
   static var version1: [String] { version1Tables + [ship1] }
 
-  static let version1Tables = [
-    """
-    CREATE TABLE IF NOT EXISTS gs_clock (
-      grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL DEFAULT 0,
-      purged_through bigint NOT NULL DEFAULT 0, PRIMARY KEY (grp, store))
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS gs_change (
-      grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL, origin_host text NOT NULL,
-      origin_seq bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-      body text NOT NULL, PRIMARY KEY (grp, store, seq), UNIQUE (grp, store, origin_host, origin_seq))
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS gs_row (
-      grp text NOT NULL, store text NOT NULL, tbl text NOT NULL, gid text NOT NULL, seq bigint NOT NULL,
-      origin_host text NOT NULL, columns text NOT NULL, data text, PRIMARY KEY (grp, store, tbl, gid))
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS gs_host (
-      grp text NOT NULL, store text NOT NULL, host text NOT NULL, shipped_seq bigint NOT NULL DEFAULT 0,
-      applied_seq bigint NOT NULL DEFAULT 0, seen_at timestamptz, PRIMARY KEY (grp, store, host))
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS gs_conflict (
-      id bigserial PRIMARY KEY, grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL,
-      tbl text NOT NULL, gid text NOT NULL, rule text NOT NULL, winner_host text NOT NULL,
-      loser_host text NOT NULL, record text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())
-    """,
-  ]
+  /// Version 1's tables, as it made them.
+  static var version1Tables: [String] { tables.filter { $0.version == 1 }.map(\.create) }
 
   static let ship1Signature =
     "gs_ship(text, text, text, bigint, text, bigint, text[], text[], bigint[], text[], text[], "
@@ -163,11 +160,14 @@ enum SharedSchema {
 
   // MARK: Version 2: formats, members, holds
 
-  static let version2 = [
-    """
-    CREATE TABLE IF NOT EXISTS gs_member (
-      role name NOT NULL, grp text NOT NULL, host text NOT NULL, PRIMARY KEY (grp, host))
-    """,
+  /// Its tables' `CREATE TABLE` come from ``tables``, in the order it
+  /// always made them.
+  static var version2: [String] {
+    [Table.member.create] + version2Columns + [Table.peer.create, Table.group.create, Table.schema.create]
+      + version2Functions
+  }
+
+  private static let version2Columns = [
     "ALTER TABLE gs_change ADD COLUMN IF NOT EXISTS format smallint NOT NULL DEFAULT 1",
     "ALTER TABLE gs_conflict ADD COLUMN IF NOT EXISTS format smallint NOT NULL DEFAULT 1",
     // Computed from the image itself, which names its format: a relay of
@@ -178,20 +178,9 @@ enum SharedSchema {
     """,
     // The position where the host holds an entry it cannot read: no purge passes it.
     "ALTER TABLE gs_host ADD COLUMN IF NOT EXISTS held_at bigint",
-    """
-    CREATE TABLE IF NOT EXISTS gs_peer (
-      grp text NOT NULL, host text NOT NULL, version text NOT NULL, reads smallint[] NOT NULL,
-      announced_at timestamptz NOT NULL DEFAULT now(), retired_at timestamptz, PRIMARY KEY (grp, host))
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS gs_group (
-      grp text PRIMARY KEY, format smallint NOT NULL DEFAULT 1, moved_at timestamptz)
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS gs_schema (
-      id boolean PRIMARY KEY DEFAULT true CHECK (id), version integer NOT NULL, serves_from integer NOT NULL,
-      serves_from_relay text NOT NULL)
-    """,
+  ]
+
+  private static let version2Functions = [
     ship2,
     advance2,
     // Its owner's rights, so a fixed search_path: no object a caller made
@@ -344,4 +333,72 @@ enum SharedSchema {
     END
     $fn$
     """
+}
+
+/// The tables of ``SharedSchema/tables``, each with its `CREATE TABLE`.
+extension SharedSchema.Table {
+  static let clock = Self(
+    "gs_clock", version: 1,
+    """
+      grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL DEFAULT 0,
+      purged_through bigint NOT NULL DEFAULT 0, PRIMARY KEY (grp, store)
+    """)
+
+  static let change = Self(
+    "gs_change", version: 1,
+    """
+      grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL, origin_host text NOT NULL,
+      origin_seq bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+      body text NOT NULL, PRIMARY KEY (grp, store, seq), UNIQUE (grp, store, origin_host, origin_seq)
+    """)
+
+  static let row = Self(
+    "gs_row", version: 1,
+    """
+      grp text NOT NULL, store text NOT NULL, tbl text NOT NULL, gid text NOT NULL, seq bigint NOT NULL,
+      origin_host text NOT NULL, columns text NOT NULL, data text, PRIMARY KEY (grp, store, tbl, gid)
+    """)
+
+  static let host = Self(
+    "gs_host", version: 1,
+    """
+      grp text NOT NULL, store text NOT NULL, host text NOT NULL, shipped_seq bigint NOT NULL DEFAULT 0,
+      applied_seq bigint NOT NULL DEFAULT 0, seen_at timestamptz, PRIMARY KEY (grp, store, host)
+    """)
+
+  static let conflict = Self(
+    "gs_conflict", version: 1,
+    """
+      id bigserial PRIMARY KEY, grp text NOT NULL, store text NOT NULL, seq bigint NOT NULL,
+      tbl text NOT NULL, gid text NOT NULL, rule text NOT NULL, winner_host text NOT NULL,
+      loser_host text NOT NULL, record text NOT NULL, created_at timestamptz NOT NULL DEFAULT now()
+    """)
+
+  /// Filled only by the set-up an administrator runs (``AccessSetup``):
+  /// which login role may act as which host of which group.
+  static let member = Self(
+    "gs_member", version: 2,
+    """
+      role name NOT NULL, grp text NOT NULL, host text NOT NULL, PRIMARY KEY (grp, host)
+    """)
+
+  static let peer = Self(
+    "gs_peer", version: 2,
+    """
+      grp text NOT NULL, host text NOT NULL, version text NOT NULL, reads smallint[] NOT NULL,
+      announced_at timestamptz NOT NULL DEFAULT now(), retired_at timestamptz, PRIMARY KEY (grp, host)
+    """)
+
+  static let group = Self(
+    "gs_group", version: 2,
+    """
+      grp text PRIMARY KEY, format smallint NOT NULL DEFAULT 1, moved_at timestamptz
+    """)
+
+  static let schema = Self(
+    "gs_schema", version: 2,
+    """
+      id boolean PRIMARY KEY DEFAULT true CHECK (id), version integer NOT NULL, serves_from integer NOT NULL,
+      serves_from_relay text NOT NULL
+    """)
 }
