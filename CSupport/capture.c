@@ -33,7 +33,7 @@ struct gs_capture_s {
   // Table names, interned for the capture's life: rows refer to them by
   // index, and most transactions touch the table of the previous row.
   char **tables;
-  bool *table_ignored;      // per table: internal, so never reported
+  bool *table_ignored;      // per table: internal or ignored, not captured
   bool *table_invalidated;  // per table, in the open transaction
   size_t *table_rows;       // per table, rows pending in the open transaction
   uint32_t table_count;
@@ -256,6 +256,13 @@ void gs_capture_free(gs_capture_t *c) {
   free(c);
 }
 
+// Marks the interned table named `table`, if any, ignored or not.
+static void gs__mark_ignored(gs_capture_t *c, const char *table, bool ignored) {
+  for (uint32_t i = 0; i < c->table_count; i++) {
+    if (strcmp(c->tables[i], table) == 0) c->table_ignored[i] = ignored;
+  }
+}
+
 int gs_capture_ignore_table(gs_capture_t *c, const char *table) {
   char **grown = realloc(c->ignored_tables,
                          (c->ignored_table_count + 1) * sizeof *grown);
@@ -264,10 +271,20 @@ int gs_capture_ignore_table(gs_capture_t *c, const char *table) {
   char *copy = strdup(table);
   if (!copy) return GS_ENOMEM;
   c->ignored_tables[c->ignored_table_count++] = copy;
-  for (uint32_t i = 0; i < c->table_count; i++) {
-    if (strcmp(c->tables[i], table) == 0) c->table_ignored[i] = true;
-  }
+  gs__mark_ignored(c, table, true);
   return GS_OK;
+}
+
+int gs_capture_unignore_table(gs_capture_t *c, const char *table) {
+  size_t kept = 0;
+  for (size_t i = 0; i < c->ignored_table_count; i++) {
+    if (strcmp(c->ignored_tables[i], table) == 0) free(c->ignored_tables[i]);
+    else c->ignored_tables[kept++] = c->ignored_tables[i];
+  }
+  if (kept == c->ignored_table_count) return 0;
+  c->ignored_table_count = kept;
+  gs__mark_ignored(c, table, gs_is_internal_table(table));
+  return 1;
 }
 
 int gs_capture_uses_preupdate_hook(const gs_capture_t *c) {

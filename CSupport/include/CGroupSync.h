@@ -135,10 +135,17 @@ void gs_capture_free(gs_capture_t *_Nullable capture);
 /// compared by bytes as the names are created.
 int gs_is_internal_table(const char *table);
 
-/// Adds a table that is never captured (by exact name, compared by bytes):
-/// e.g. the shadow tables of a full-text index, which SQLite writes while
-/// the transaction commits.
+/// Adds a table that is not captured (by exact name, compared by bytes)
+/// until gs_capture_unignore_table: e.g. the shadow tables of a full-text
+/// index, which SQLite writes while the transaction commits.
 int gs_capture_ignore_table(gs_capture_t *capture, const char *table);
+
+/// Captures `table` again from its next row on: the shadow name of a
+/// virtual table that is gone may name an ordinary table. The rows it
+/// got while ignored stay uncaptured (the caller invalidates the table if
+/// the open transaction wrote it). Returns 1 if it was ignored, else 0
+/// (internal tables stay ignored either way).
+int gs_capture_unignore_table(gs_capture_t *capture, const char *table);
 
 /// Nonzero if the capture runs on the pre-update hook.
 int gs_capture_uses_preupdate_hook(const gs_capture_t *capture);
@@ -197,8 +204,8 @@ int gs_capture_will_commit(const gs_capture_t *capture);
 /// committed transaction captured was consumed before COMMIT, what a
 /// rolled-back one captured is void, and savepoints rolled back inside a
 /// transaction leave their rows to be checked against the store (see
-/// gs_net_rows). Interned and ignored tables are kept for the capture's
-/// life.
+/// gs_net_rows). Interned tables are kept for the capture's life, ignored
+/// ones until gs_capture_unignore_table.
 void gs_capture_end_transaction(gs_capture_t *capture);
 
 /// Nonzero if memory ran out while capturing the open transaction.

@@ -7,10 +7,13 @@ import Testing
 
 @testable import GroupSync
 
-/// Two ways a change could go untold, across processes (`groupsync exec`):
-/// a write straight into a full-text table's document shadow tables, and a
-/// trigger (or index) that shares its name with a table, an index or a
-/// view (SQLite keeps triggers in a namespace of their own).
+/// Ways a change could go untold: a write straight into a full-text
+/// table's document shadow tables, and a trigger (or index) that shares its
+/// name with a table, an index or a view (SQLite keeps triggers in a
+/// namespace of their own), across processes (`groupsync exec`); a table
+/// named like a shadow table of a virtual table that is gone (dropped, or
+/// created in a transaction that rolled back), which the capture must not
+/// keep ignoring.
 @Suite(.timed) struct CaptureShadowAndNamesakeTests {
   /// The statements that write the documents table of `module`, for a
   /// table `t(x)`: delete document 1, change document 2.
@@ -89,23 +92,14 @@ import Testing
 
   /// A table named like an index shadow of a full-text table that is gone
   /// (dropped, or created in a transaction that rolled back) is a table
-  /// like any other. Known to fail: the capture keeps ignoring the shadow
-  /// names for its life, so such a table's writes commit untold.
+  /// like any other: the capture ignores exactly the current shadows.
   @Test(arguments: [false, true])
   func aTableNamedLikeTheShadowOfAGoneFullTextTableIsTold(rolledBack: Bool) throws {
     let folder = try TemporaryFolder()
     let group = try GroupFolder(path: folder.child("group"))
-    try group.store.write { try $0.execute(sql: """
-      CREATE TABLE parent(id INTEGER PRIMARY KEY);
-      CREATE TABLE child(id INTEGER PRIMARY KEY, parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);
-      """) }
+    try Self.createParentAndChild(group)
     if rolledBack {
-      // COMMIT fails on the deferred foreign key, after the change set was made.
-      #expect(throws: DatabaseError.self) {
-        try group.store.write { try $0.execute(sql: """
-          CREATE VIRTUAL TABLE v USING fts5(x); INSERT INTO v VALUES ('a'); INSERT INTO child VALUES (1, 99)
-          """) }
-      }
+      _ = try Self.createFullTextTableAndRollBack(group)
     } else {
       try group.store.write { try $0.execute(sql: "CREATE VIRTUAL TABLE v USING fts5(x); INSERT INTO v VALUES ('a')") }
       try group.store.write { try $0.execute(sql: "DROP TABLE v") }
@@ -114,8 +108,122 @@ import Testing
     let changeSet = try group.store.writeAndReturnChangeSet {
       try $0.execute(sql: "INSERT INTO v_idx(rowid, a, b) VALUES (3, 1, 2)")
     }.changeSet
-    withKnownIssue("ignored shadow-table names are never forgotten (CSupport/capture.c has no un-ignore)") {
-      #expect(changeSet?.inserted == [ObjectID(storeID: group.store.storeID, table: "v_idx", rowID: 3)])
+    #expect(changeSet?.inserted == [ObjectID(storeID: group.store.storeID, table: "v_idx", rowID: 3)])
+  }
+
+  /// The transaction that drops a full-text table creates a table under
+  /// one of its shadow names, exactly as the shadow was, on the same root
+  /// page (so the schema's entries show no change for that name), and
+  /// writes it: the rows the capture ignored until the commit are told,
+  /// then every later row.
+  @Test func aShadowNameReusedInTheTransactionThatDropsItsTableIsTold() throws {
+    let folder = try TemporaryFolder()
+    let group = try GroupFolder(path: folder.child("group"))
+    let store = group.store.storeID
+    try group.store.write { try $0.execute(sql: "CREATE VIRTUAL TABLE v USING fts5(x); INSERT INTO v VALUES ('a')") }
+    // Free pages after the shadow's: SQLite gives a new table the free
+    // page nearest the file's start, which the dropped shadow's root is.
+    try group.store.write { try $0.execute(sql: """
+      CREATE TABLE filler(x);
+      WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 8)
+      INSERT INTO filler SELECT randomblob(3000) FROM n;
+      DROP TABLE filler;
+      """) }
+    let shadow = try #require(try group.store.read {
+      try Row.fetchOne($0, sql: "SELECT sql, rootpage FROM sqlite_schema WHERE name = 'v_data'")
+    })
+    let shadowSQL: String = shadow["sql"]
+    var rootPage: Int64 = -1
+    let changeSet = try #require(try group.store.writeAndReturnChangeSet {
+      try $0.execute(sql: "DROP TABLE v")
+      try $0.execute(sql: shadowSQL)
+      rootPage = try Int64.fetchOne($0, sql: "SELECT rootpage FROM sqlite_schema WHERE name = 'v_data'") ?? -1
+      try $0.execute(sql: "INSERT INTO v_data(id, block) VALUES (3, x'00')")
+    }.changeSet)
+    try #require(rootPage == shadow["rootpage"], "the schema shows the table as it was")
+    #expect(
+      changeSet.inserted.contains(ObjectID(storeID: store, table: "v_data", rowID: 3))
+        || changeSet.invalidatedTables.contains(TableID(storeID: store, table: "v_data")), "\(changeSet)")
+    let next = try group.store.writeAndReturnChangeSet {
+      try $0.execute(sql: "INSERT INTO v_data(id, block) VALUES (4, x'00')")
+    }.changeSet
+    #expect(next?.inserted == [ObjectID(storeID: store, table: "v_data", rowID: 4)] && next?.invalidatedTables == [])
+  }
+
+  /// Another process drops a full-text table and creates a table under
+  /// one of its shadow names: this process's next write to it is told.
+  /// Also when this process had created the full-text table in a
+  /// transaction that rolled back, and the other process's schema change
+  /// reuses the schema version that transaction reached.
+  @Test(arguments: [false, true])
+  func aShadowNameReusedByAnotherProcessIsTold(rolledBack: Bool) async throws {
+    let folder = try TemporaryFolder()
+    let directory = folder.child("group")
+    let group = try GroupFolder(path: directory)
+    let store = group.store.storeID
+    try Self.createParentAndChild(group)
+    if rolledBack {
+      let reached = try Self.createFullTextTableAndRollBack(group)
+      _ = try await ProcessHarness.exec(directory, ["CREATE TABLE v_idx(a, b)"])
+      let padding = reached - (try Self.schemaVersion(group))
+      try #require(padding >= 0)
+      if padding > 0 {
+        _ = try await ProcessHarness.exec(directory, (0..<padding).map { "CREATE TABLE pad\($0)(x)" })
+      }
+      try #require(try Self.schemaVersion(group) == reached, "the rolled-back schema version is reused")
+    } else {
+      try await group.store.write { try $0.execute(sql: "CREATE VIRTUAL TABLE v USING fts5(x); INSERT INTO v VALUES ('a')") }
+      _ = try await ProcessHarness.exec(directory, ["DROP TABLE v", "CREATE TABLE v_idx(a, b)"])
     }
+    let changeSet = try await group.store.writeAndReturnChangeSet {
+      try $0.execute(sql: "INSERT INTO v_idx(rowid, a, b) VALUES (3, 1, 2)")
+    }.changeSet
+    #expect(changeSet?.inserted == [ObjectID(storeID: store, table: "v_idx", rowID: 3)], "\(String(describing: changeSet))")
+  }
+
+  /// A virtual table dropped and created again under another module: its
+  /// rows are named, and the new module's shadows are ignored (a commit
+  /// that wrote them unsequenced would be refused).
+  @Test func aVirtualTableCreatedAgainUnderAnotherModuleIsTold() throws {
+    let folder = try TemporaryFolder()
+    let group = try GroupFolder(path: folder.child("group"))
+    let store = group.store.storeID
+    for (module, columns) in [("fts5", "x"), ("rtree", "id, a, b"), ("fts4", "x"), ("fts5", "x")] {
+      try group.store.write { try $0.execute(sql: "CREATE VIRTUAL TABLE v USING \(module)(\(columns))") }
+      let changeSet = try group.store.writeAndReturnChangeSet {
+        try $0.execute(sql: module == "rtree" ? "INSERT INTO v VALUES (1, 0, 1)" : "INSERT INTO v(rowid, x) VALUES (1, 'a')")
+      }.changeSet
+      #expect(
+        changeSet?.inserted == [ObjectID(storeID: store, table: "v", rowID: 1)] && changeSet?.invalidatedTables == [],
+        "\(module): \(String(describing: changeSet))")
+      try group.store.write { try $0.execute(sql: "DROP TABLE v") }
+    }
+  }
+
+  // MARK: Helpers
+
+  private static func createParentAndChild(_ group: GroupFolder) throws {
+    try group.store.write { try $0.execute(sql: """
+      CREATE TABLE parent(id INTEGER PRIMARY KEY);
+      CREATE TABLE child(id INTEGER PRIMARY KEY, parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);
+      """) }
+  }
+
+  /// Creates the full-text table `v` in a transaction whose COMMIT fails
+  /// (on a deferred foreign key, after its change set was made); returns
+  /// the schema version it reached, which SQLite then puts back.
+  private static func createFullTextTableAndRollBack(_ group: GroupFolder) throws -> Int64 {
+    var reached: Int64 = -1
+    #expect(throws: DatabaseError.self) {
+      try group.store.write {
+        try $0.execute(sql: "CREATE VIRTUAL TABLE v USING fts5(x); INSERT INTO v VALUES ('a'); INSERT INTO child VALUES (1, 99)")
+        reached = try Int64.fetchOne($0, sql: "PRAGMA schema_version") ?? -1
+      }
+    }
+    return reached
+  }
+
+  private static func schemaVersion(_ group: GroupFolder) throws -> Int64 {
+    try group.store.read { try Int64.fetchOne($0, sql: "PRAGMA schema_version") } ?? -1
   }
 }

@@ -49,12 +49,19 @@ final class ChangeCapture {
 
   func invalidate(_ table: String) { gs_capture_invalidate(handle, table) }
 
-  /// Never captures `table` again.
-  func ignore(_ table: String) {
-    if gs_capture_ignore_table(handle, table) != GS_OK {
+  /// Stops capturing `table`, until ``unignore(_:)``; false when memory
+  /// ran out.
+  func ignore(_ table: String) -> Bool {
+    guard gs_capture_ignore_table(handle, table) == GS_OK else {
       gs_capture_invalidate(handle, table)  // out of memory: the next commit is refused
+      return false
     }
+    return true
   }
+
+  /// Captures `table` again from its next row on (what it got while
+  /// ignored stays uncaptured).
+  func unignore(_ table: String) { gs_capture_unignore_table(handle, table) }
 
   func markSequenced() { gs_capture_mark_sequenced(handle) }
 

@@ -50,7 +50,8 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
   /// commits write only those, and look none up by name.
   private var plainTables: [String] = []
   private var plainTablesVersion: Int64 = -1
-  /// Shadow tables already told to the capture to ignore.
+  /// Shadow tables the capture ignores: those of schema
+  /// `shadowsIgnoredAtVersion`.
   private var ignoredShadowTables = Set<TableName>()
   private var shadowsIgnoredAtVersion: Int64 = -1
   private var sequencedWrittenTables = 0
@@ -139,8 +140,12 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
     {
       knownLastSequence = last.sequence
     } else {
-      schema.baseline = try schema.snapshot(db)
+      let baseline = try schema.snapshot(db)
+      schema.baseline = baseline
       knownLastSequence = nil
+      // Another process, or a rollback, may have changed the schema since
+      // the capture was told its shadow tables.
+      ignoreNonRowIDShadowTables(baseline, wroteWhileIgnored: false)
     }
     lastCommit = nil
   }
@@ -196,7 +201,7 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
       default: if isFallback { capture.invalidate(table) }
       }
     }
-    ignoreNonRowIDShadowTables(snapshot)
+    ignoreNonRowIDShadowTables(snapshot, wroteWhileIgnored: true)
     let schemaChanged = snapshot.version != schema.baseline?.version
     guard capture.hasChanges || schemaChanged || !pendingNotes.isEmpty else { return nil }
     if capture.overflowed { throw GroupSyncError.captureOutOfMemory }
@@ -223,17 +228,30 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
 
   /// Full-text indexes write their index shadow tables while the
   /// transaction commits, after it got its number: those tables name no
-  /// row a reader queries, so the capture ignores them.
-  private func ignoreNonRowIDShadowTables(_ snapshot: SchemaSnapshot) {
+  /// row a reader queries, so the capture ignores them, and only them: a
+  /// name no shadow in `snapshot` (its virtual table dropped, or created in
+  /// a transaction that rolled back) is captured again, and invalidated if
+  /// the open transaction may have written it while ignored.
+  private func ignoreNonRowIDShadowTables(_ snapshot: SchemaSnapshot, wroteWhileIgnored: Bool) {
     // Once per schema version, not on every commit.
     guard snapshot.version != shadowsIgnoredAtVersion else { return }
-    shadowsIgnoredAtVersion = snapshot.version
-    for (table, kind) in snapshot.kinds where !ignoredShadowTables.contains(table) {
+    var shadows = Set<TableName>()
+    for (table, kind) in snapshot.kinds {
       guard case .shadow(let owner) = kind, !(owner.flatMap { snapshot.rowIDShadows[$0]?.contains(table) } ?? false)
       else { continue }
-      capture.ignore(table.name)
-      ignoredShadowTables.insert(table)
+      shadows.insert(table)
     }
+    for table in ignoredShadowTables.subtracting(shadows) {
+      capture.unignore(table.name)
+      ignoredShadowTables.remove(table)
+      if wroteWhileIgnored && snapshot.kinds[table] != nil { capture.invalidate(table.name) }
+    }
+    var complete = true
+    for table in shadows.subtracting(ignoredShadowTables) {
+      if capture.ignore(table.name) { ignoredShadowTables.insert(table) } else { complete = false }
+    }
+    // Out of memory: tried again on the next commit.
+    shadowsIgnoredAtVersion = complete ? snapshot.version : -1
   }
 
   private func makeChangeSet(_ db: Database, sequence: Int64, schema after: SchemaSnapshot) throws -> ChangeSet {
@@ -258,7 +276,7 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
         return nil
       }
       let after = try schema.snapshot(db)
-      ignoreNonRowIDShadowTables(after)
+      ignoreNonRowIDShadowTables(after, wroteWhileIgnored: true)
       let changeSet = try makeChangeSet(db, sequence: sequence, schema: after)
       let encoded = ChangeSetEncoding.encode(changeSet)
       try db.execute(
@@ -387,6 +405,12 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
   func databaseDidRollback(_ db: Database) {
     endTransaction()
     lastCommit = nil
+    // SQLite puts the schema version back on a rollback, so the next
+    // schema change may reuse it: what is keyed by it is read again.
+    plainTablesVersion = -1
+    shadowsIgnoredAtVersion = -1
+    schema.forgetVersion()
+    statements.forgetSchemaVersion()
   }
 
   private func endTransaction() {
@@ -411,6 +435,9 @@ private final class SchemaCache {
   init(statements: WriterStatements) {
     self.statements = statements
   }
+
+  /// The next snapshot is read again, whatever its version.
+  func forgetVersion() { current = nil }
 
   func snapshot(_ db: Database) throws -> SchemaSnapshot {
     let version = try statements.schemaVersion()

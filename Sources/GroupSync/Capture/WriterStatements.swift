@@ -122,6 +122,11 @@ final class WriterStatements {
     sqlite3_set_last_insert_rowid(connection, savedRowID)
   }
 
+  /// The existence statements are prepared again, whatever the schema
+  /// version (a rolled-back transaction's version may come back for
+  /// another schema).
+  func forgetSchemaVersion() { existenceVersion = -1 }
+
   /// The existence statements of `table`, prepared once per schema
   /// version; nil when its rowid cannot be named in SQL.
   private func existenceStatements(
