@@ -193,7 +193,7 @@ struct CrashCampaignTests {
     let deadline = Duration.milliseconds(graceMs) + .seconds(1)
     let listeners = steady + durable.map { $0.last! }
     let behind = try listeners.map { final - (Self.sequences(try Self.printed($0)).last ?? start) }.max() ?? 0
-    let caughtUp = try? await waitUntil("every listener at \(final)", timeout: .seconds(120)) {
+    let caughtUp: Void? = try? await waitUntil("every listener at \(final)", timeout: .seconds(120)) {
       listeners.allSatisfy { (try? Self.sequences(Self.printed($0)).last) == final }
     }
     let took = ContinuousClock.now - lastCommit

@@ -90,7 +90,7 @@ struct GRDBStoreTests {
     let relay = try group.observeOtherProcesses()
     defer { relay.cancel() }
     let fired = Atomic<Int>(0)
-    let observation = try DatabaseRegionObservation(tracking: Table("note"))
+    let observation = DatabaseRegionObservation(tracking: Table("note"))
       .start(in: group.store.pool, onError: { Issue.record($0) }, onChange: { _ in fired.add(1, ordering: .relaxed) })
     defer { observation.cancel() }
 

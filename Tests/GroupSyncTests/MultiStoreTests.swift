@@ -519,7 +519,7 @@ struct MultiStoreTests {
     let relay = try group.observeOtherProcesses(store: "app")
     defer { relay.cancel() }
     let fired = Collected<Int>()
-    let observation = try DatabaseRegionObservation(tracking: Table("items"))
+    let observation = DatabaseRegionObservation(tracking: Table("items"))
       .start(in: app.pool, onError: { Issue.record($0) }, onChange: { _ in fired.append(1) })
     defer { observation.cancel() }
 

@@ -42,7 +42,7 @@ struct RelayCommand: ParsableCommand {
   static func relayExecutable() -> String {
     var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
     let count = readlink("/proc/self/exe", &buffer, buffer.count - 1)
-    let own = count > 0 ? String(cString: buffer) : CommandLine.arguments[0]
+    let own = count > 0 ? String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self) : CommandLine.arguments[0]
     return URL(fileURLWithPath: own).deletingLastPathComponent().appendingPathComponent("groupsync-relay").path
   }
 }
