@@ -40,6 +40,31 @@ import Testing
     #expect(rows.stdout.contains("z") && !rows.stdout.contains("| a"), "\(rows.stdout)")
   }
 
+  /// A row whose content was written straight into the documents table
+  /// has no document size until a `rebuild` writes one: that row existed
+  /// before the rebuild (a reader saw it), so the rebuild updates it, as it
+  /// does every other row; it inserts nothing.
+  @Test(arguments: ["fts4", "fts5"])
+  func aRebuildAfterADirectWriteToTheDocumentsUpdatesEveryRow(module: String) async throws {
+    let folder = try TemporaryFolder()
+    let directory = try await ProcessHarness.initGroup(folder, schema: "CREATE VIRTUAL TABLE t USING \(module)(x);")
+    let store = try GroupFolder(path: directory, create: false).store.storeID
+    let uri = { (rowID: Int64) in ObjectID(storeID: store, table: "t", rowID: rowID).uri }
+    _ = try await ProcessHarness.exec(directory, ["INSERT INTO t(rowid, x) VALUES (1, 'a'), (2, 'b')"])
+    let direct = module == "fts5"
+      ? "INSERT INTO t_content(id, c0) VALUES (9, 'c')" : "INSERT INTO t_content(docid, c0x) VALUES (9, 'c')"
+    let written = try #require(try await ProcessHarness.exec(directory, [direct]).first)
+    #expect(written.inserted == [uri(9)] && written.updated.isEmpty && written.deleted.isEmpty, "\(written)")
+    let rebuilt = try #require(try await ProcessHarness.exec(directory, ["INSERT INTO t(t) VALUES ('rebuild')"]).first)
+    #expect(rebuilt.inserted.isEmpty && rebuilt.deleted.isEmpty, "\(rebuilt)")
+    #expect(rebuilt.updated == [uri(1), uri(2), uri(9)], "\(rebuilt)")
+    // A document size written for no document names no row.
+    let sizes = module == "fts5"
+      ? "INSERT INTO t_docsize(id, sz) VALUES (50, x'01')" : "INSERT INTO t_docsize(docid, size) VALUES (50, x'01')"
+    let stray = try await ProcessHarness.exec(directory, [sizes]).first
+    #expect(stray.map { $0.inserted + $0.updated + $0.deleted } ?? [] == [], "\(String(describing: stray))")
+  }
+
   /// A trigger named like an external-content full-text table does not
   /// hide that table's changes.
   @Test(arguments: ["fts4", "fts5"])

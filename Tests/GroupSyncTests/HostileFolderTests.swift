@@ -531,6 +531,48 @@ struct HostileFolderTests {
     try await expectDelivery(listener, written)
   }
 
+  /// GroupSync's own commits that carry no change set: the defaults
+  /// table made on first use, a value set to what it was (from another
+  /// process), a durable place kept in the store acknowledged with nothing
+  /// else (and its table made). Each counts itself, so no listener takes it
+  /// for a foreign commit; a foreign commit among them is still one.
+  @Test func groupSyncsOwnCommitsWithoutAChangeSetAreNotForeign() async throws {
+    let folder = try TemporaryFolder()
+    let (directory, group) = try await makeGroup(folder)
+    let listener = try group.listen(as: "live", options: Self.options)
+    defer { listener.close() }
+    for round in 0..<4 {
+      let set = try await ProcessHarness.run(["defaults", directory, "set", "mode", "dark"])
+      #expect(set.status == 0, "\(set.stderr)")
+      if round == 0 {
+        let first = try await ListenerHarness.nextChanges(listener, timeout: .seconds(60))
+        #expect(first.notes.map(\.name) == ["defaults/default"])
+      }
+    }
+    let quietAfterDefaults = await ListenerHarness.next(listener, timeout: .milliseconds(700))
+    #expect(quietAfterDefaults == nil, "a value set to what it was is no foreign commit")
+
+    var options = Self.options
+    options.acknowledgement = .inStore
+    let consumer = try group.listen(as: "indexer", durable: true, options: options)
+    defer { consumer.close() }
+    let written = try await ProcessHarness.exec(directory, Self.insert)
+    try await expectDelivery(listener, written)
+    let changeSet = try await ListenerHarness.nextChanges(consumer, timeout: .seconds(60))
+    try await group.store.write { db in try consumer.acknowledge(changeSet, in: db) }
+    let quietAfterPlace = await ListenerHarness.next(listener, timeout: .milliseconds(700))
+    #expect(quietAfterPlace == nil, "a place acknowledged in the store is no foreign commit")
+
+    // A foreign commit, then a quiet one: still a foreign commit.
+    var configuration = Configuration()
+    configuration.busyMode = .timeout(10)
+    let foreign = try DatabaseQueue(path: group.layout.store, configuration: configuration)
+    try await foreign.write { try $0.execute(sql: "INSERT INTO items(body) VALUES ('sneaky')") }
+    try group.defaults(suite: "default").set(.string("dark"), forKey: "mode")
+    let reset = try await ListenerHarness.nextReset(listener, timeout: .seconds(60))
+    #expect(reset.reason.contains("without a change set"))
+  }
+
   /// `PRAGMA data_version` as `connection` sees it in a new read: whether
   /// the wal-index header moved since its last read. (Read through SQLite:
   /// opening the `-shm` file here would drop this process's locks on it.)

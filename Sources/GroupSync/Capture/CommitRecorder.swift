@@ -62,6 +62,10 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
   private var author: String?
   /// Notes added by the open `Store.write`.
   private var pendingNotes: [ChangeSetNote] = []
+  /// The connection's count of changed rows when the open `Store.write`
+  /// began: moved at its end without a change set, it wrote only
+  /// GroupSync's own tables (a quiet commit).
+  private var changesAtBegin: Int64 = 0
   /// While `Store.migrate` runs: a TEMP trigger on `grdb_migrations`
   /// allocates each migration's sequence number.
   private var isMigrating = false
@@ -128,6 +132,7 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
   func begin(_ db: Database, author: String) throws {
     try rememberSchema(db)
     self.author = author
+    changesAtBegin = sqlite3_total_changes64(capture.connection)
   }
 
   private func rememberSchema(_ db: Database) throws {
@@ -159,10 +164,14 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
   /// Numbers the open transaction's change set, encodes it, appends it to
   /// the history and purges what the retention lets go; right before
   /// COMMIT. Returns its sequence, or nil when nothing GroupSync reports
-  /// changed.
+  /// changed (a transaction that wrote GroupSync's own tables only is
+  /// then counted as a quiet commit).
   func finish(_ db: Database) throws -> Int64? {
     guard isInTransaction else { throw GroupSyncError.transactionEndedByClosure }
-    guard let changeSet = try prepareChangeSet(db) else { return nil }
+    guard let changeSet = try prepareChangeSet(db) else {
+      if sqlite3_total_changes64(capture.connection) != changesAtBegin { try StoreState.countQuietCommit(db) }
+      return nil
+    }
     let encoded = ChangeSetEncoding.encode(changeSet)
     try statements.appendHistory(changeSet, payload: encoded, author: author)
     prepared = (changeSet, encoded)
@@ -279,8 +288,13 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
       ignoreNonRowIDShadowTables(after, wroteWhileIgnored: true)
       let changeSet = try makeChangeSet(db, sequence: sequence, schema: after)
       let encoded = ChangeSetEncoding.encode(changeSet)
-      try db.execute(
-        sql: "UPDATE \(StoreState.historyTable) SET payload = ? WHERE seq = ?", arguments: [Data(encoded), sequence])
+      // Its own commit, and a quiet one: counted in it.
+      try db.inTransaction {
+        try db.execute(
+          sql: "UPDATE \(StoreState.historyTable) SET payload = ? WHERE seq = ?", arguments: [Data(encoded), sequence])
+        try StoreState.countQuietCommit(db)
+        return .commit
+      }
       // No writer waits for it: whoever publishes next publishes it.
       return CommittedChangeSet(changeSet: changeSet, encoded: encoded, author: nil, awaitedByWriter: false)
     } catch {

@@ -39,13 +39,18 @@ struct NetChangeResolver {
       }
     }
     var rowsByTable: [TableName: NetRows] = [:]
+    // Rows of a full-text table's document sizes, where its content table
+    // tells which rows exist: written, but not inserted or deleted by that.
+    var sizesWritten: [TableName: [Int64]] = [:]
     for (table, rows) in netRows {
       switch after.kinds[table] ?? before.kinds[table] {
       case .rowID?, .virtual?:
         rowsByTable[table] = rows
       case .shadow(let owner?)?:
         let rowIDShadows = after.rowIDShadows[owner] ?? before.rowIDShadows[owner]
-        if rowIDShadows?.contains(table) == true {
+        if let rowIDShadows, Self.isSizes(table, of: owner, besideContentIn: rowIDShadows) {
+          sizesWritten[owner, default: []] += rows.claimedPresent + rows.claimedGone
+        } else if rowIDShadows?.contains(table) == true {
           // A full-text table's content and its document sizes both carry
           // its rowids: a write to either changes what it shows.
           rowsByTable[owner] = rowsByTable[owner].map { $0.merged(with: rows) } ?? rows
@@ -63,6 +68,14 @@ struct NetChangeResolver {
     for (table, rows) in rowsByTable where !invalidated.contains(table) || created.contains(table) {
       guard let changes = try verified(rows, in: table) else {
         invalidated.insert(table)  // its rowid cannot be named in SQL, or it cannot be read
+        continue
+      }
+      if !changes.isEmpty { tables[table] = changes }
+    }
+    for (table, rows) in sizesWritten where !invalidated.contains(table) || created.contains(table) {
+      guard let changes = try sizesOnly(rows, in: table, beside: tables[table]) else {
+        invalidated.insert(table)
+        tables[table] = nil
         continue
       }
       if !changes.isEmpty { tables[table] = changes }
@@ -117,6 +130,35 @@ struct NetChangeResolver {
       if tables.isEmpty, !changes.isEmpty { tables = [table: changes] } else if !changes.isEmpty { tables[table] = changes }
     }
     return (tables, invalidated)
+  }
+
+  /// Whether `shadow` is the document sizes of full-text table `owner`
+  /// that also keeps its content: the content tells which rows exist, and
+  /// the sizes follow it (a `rebuild` deletes and writes them all again,
+  /// and writes sizes missing for a row whose content was written
+  /// directly).
+  static func isSizes(_ shadow: TableName, of owner: TableName, besideContentIn rowIDShadows: Set<TableName>) -> Bool {
+    shadow == TableName(owner.name + "_docsize") && rowIDShadows.contains(TableName(owner.name + "_content"))
+  }
+
+  /// `changes` with the rows whose document sizes alone were written: a
+  /// row that exists was updated (it existed before, since its content was
+  /// not written), one that does not was never there. Rows the content
+  /// wrote are already in `changes`. Nil when the table cannot be read.
+  private func sizesOnly(_ rows: [Int64], in table: TableName, beside changes: TableChanges?) throws -> TableChanges? {
+    var changes = changes ?? TableChanges()
+    let named = Set(changes.inserted).union(changes.updated).union(changes.deleted)
+    let unnamed = Set(rows).subtracting(named).sorted()
+    guard !unnamed.isEmpty else { return changes }
+    let existing: [Int64]?
+    do {
+      existing = try existingRowIDs(among: unnamed, in: table)
+    } catch let error as DatabaseError where error.resultCode == .SQLITE_ERROR {
+      return nil
+    }
+    guard let existing else { return nil }
+    changes.updated = (changes.updated + existing).sorted()
+    return changes
   }
 
   /// The table readers query for `name`: a shadow table's virtual table.

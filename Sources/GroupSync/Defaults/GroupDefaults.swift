@@ -38,7 +38,7 @@ public struct GroupDefaults: Sendable {
     self.suite = suite
     self.store = store
     self.hub = hub
-    try store.pool.write { db in try Self.setUp(db) }
+    try store.writeBookkeeping { db in try Self.setUp(db) }
   }
 
   static func setUp(_ db: Database) throws {

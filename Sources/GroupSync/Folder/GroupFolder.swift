@@ -123,7 +123,7 @@ public final class GroupFolder: Sendable {
       listeners.remove(name)
     }
     for store in try allStores() where !store.isReadOnly {
-      try store.pool.write { db in
+      try store.writeBookkeeping { db in
         if try db.tableExists(DurableCursor.table) {
           try db.execute(sql: "DELETE FROM \(DurableCursor.table) WHERE name = ?", arguments: [name])
         }

@@ -120,7 +120,7 @@ final class StoreDirectory: Sendable {
       guard try db.tableExists(table) else { return nil }
       return try String.fetchOne(db, sql: "SELECT uuid FROM \(table) WHERE name = ?", arguments: [name])
     }
-    let text = try main.read(read) ?? main.pool.write { db in
+    let text = try main.read(read) ?? main.writeBookkeeping { db in
       try db.execute(sql: "CREATE TABLE IF NOT EXISTS \(table) (name TEXT PRIMARY KEY, uuid TEXT NOT NULL)")
       try db.execute(
         sql: "INSERT OR IGNORE INTO \(table)(name, uuid) VALUES (?, ?)", arguments: [name, UUID().uuidString])

@@ -35,7 +35,7 @@ final class DurableCursor: Sendable {
 
   /// The cursor row `name` of `store`.
   init(store: Store, name: String) throws {
-    try store.pool.write { try Self.createTable($0) }
+    try store.writeBookkeeping { try Self.createTable($0) }
     storage = .store(store, name: name)
   }
 

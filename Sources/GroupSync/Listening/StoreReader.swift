@@ -21,18 +21,20 @@ final class StoreReader {
 
   func sequence() throws -> Int64 { try queue.read { try History.lastSequence($0) } }
 
-  /// `PRAGMA data_version`, the last sequence and the WAL's commit counter,
-  /// all of one snapshot: the counter is read before the snapshot's first
-  /// read and after its last, and kept only when both agree (no commit fell
-  /// in between); nil when they did not or it cannot be read.
-  func sample() throws -> (dataVersion: Int64, sequence: Int64, commits: UInt32?, counterMoved: Bool) {
+  /// `PRAGMA data_version`, the last sequence, GroupSync's quiet commits
+  /// and the WAL's commit counter, all of one snapshot: the counter is read
+  /// before the snapshot's first read and after its last, and kept only
+  /// when both agree (no commit fell in between); nil when they did not or
+  /// it cannot be read.
+  func sample() throws -> (dataVersion: Int64, sequence: Int64, quietCommits: Int64, commits: UInt32?, counterMoved: Bool) {
     try queue.read { db in
       let before = WALCommitCounter.read(db)
       let version = try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA data_version")) ?? 0
       let sequence = try History.lastSequence(db)
+      let quiet = try StoreState.quietCommits(db)
       let after = WALCommitCounter.read(db)
-      guard let before, let after else { return (version, sequence, nil, false) }
-      return (version, sequence, before == after ? before : nil, before != after)
+      guard let before, let after else { return (version, sequence, quiet, nil, false) }
+      return (version, sequence, quiet, before == after ? before : nil, before != after)
     }
   }
 

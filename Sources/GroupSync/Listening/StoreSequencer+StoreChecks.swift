@@ -5,8 +5,9 @@ import Logging
 extension StoreSequencer {
   /// How far the store is (a writer may have died after COMMIT, before its
   /// file reached us), and whether a program that does not use GroupSync
-  /// committed (`PRAGMA data_version` moved while the history did not); for
-  /// a read-only store, whether its file was replaced.
+  /// committed (`PRAGMA data_version` moved while the history did not, by
+  /// more commits than GroupSync counted as its own quiet ones); for a
+  /// read-only store, whether its file was replaced.
   /// Returns why to reset when so.
   func checkStore() -> ResetReason? {
     if let readOnlyFile {
@@ -22,10 +23,20 @@ extension StoreSequencer {
     let last = lastSample
     lastSample = sample
     guard let last, sample.dataVersion != last.dataVersion, sample.sequence == last.sequence else { return nil }
-    if let commits = sample.commits, commits == last.commits {
-      // The wal-index header changed, yet nobody committed: a checkpoint
-      // restarted the WAL, or a writer did and then rolled back or died.
-      Logger.groupSync.info("listener '\(listener)': '\(store)' moved without a commit (a WAL restart)")
+    // GroupSync's own commits without a change set (bookkeeping) counted
+    // themselves.
+    let quiet = sample.quietCommits - last.quietCommits
+    if let commits = sample.commits, let lastCommits = last.commits {
+      let committed = Int64(commits &- lastCommits)
+      if committed == 0 {
+        // The wal-index header changed, yet nobody committed: a checkpoint
+        // restarted the WAL, or a writer did and then rolled back or died.
+        Logger.groupSync.info("listener '\(listener)': '\(store)' moved without a commit (a WAL restart)")
+        return nil
+      }
+      if committed <= quiet { return nil }
+    } else if quiet > 0 {
+      // Commits not counted: those seen may all be GroupSync's.
       return nil
     }
     Logger.groupSync.warning("listener '\(listener)': a commit without a change set (foreign writer) seen in '\(store)'")
@@ -37,6 +48,8 @@ extension StoreSequencer {
   struct StoreSample {
     let dataVersion: Int64
     let sequence: Int64
+    /// GroupSync's commits without a change set (see ``StoreState``).
+    let quietCommits: Int64
     /// The WAL's commit counter as of the snapshot; nil when it cannot be
     /// read (the check then takes any move of data_version for a commit).
     let commits: UInt32?
@@ -52,7 +65,8 @@ extension StoreSequencer {
       guard let sample = try? reader?.sample() else { return nil }
       if !sample.counterMoved || attempt == 4 {
         return StoreSample(
-          dataVersion: sample.dataVersion, sequence: sample.sequence, commits: sample.commits,
+          dataVersion: sample.dataVersion, sequence: sample.sequence, quietCommits: sample.quietCommits,
+          commits: sample.commits,
           isUndecided: sample.counterMoved)
       }
     }

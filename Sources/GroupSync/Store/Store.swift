@@ -102,7 +102,7 @@ public final class Store: Sendable {
     let publisher = CommitPublisher(deliver: publish, metrics: metrics)
     // The bookkeeping row is written before the capture exists: it is
     // GroupSync's own and never reported.
-    let storeID = try pool.write { db in try StoreState.setUp(db, path: path) }
+    let storeID = try pool.write { db in try StoreState.bookkeeping(db) { try StoreState.setUp(db, path: path) } }
     self.storeID = storeID
     let recorder = try pool.writeWithoutTransaction { db in
       try CommitRecorder.install(
@@ -350,10 +350,17 @@ public final class Store: Sendable {
   /// commit.
   public func setHistoryRetention(_ retention: HistoryRetention) throws {
     try checkWritable()
-    try pool.write { try History.setRetention(retention, $0) }
+    try writeBookkeeping { try History.setRetention(retention, $0) }
   }
 
   // MARK: Internals
+
+  /// Runs `body`, GroupSync's own bookkeeping (its tables, no row a
+  /// listener is told of), in one transaction outside `write(_:)`,
+  /// counted as a quiet commit if it wrote anything (see ``StoreState``).
+  func writeBookkeeping<T>(_ body: (Database) throws -> T) throws -> T {
+    try pool.write { db in try StoreState.bookkeeping(db) { try body(db) } }
+  }
 
   func publishPending() { writer?.publisher.publish(through: nil) }
 

@@ -8,10 +8,16 @@ import GRDB
 /// - `groupsync_history`: one row per committed change set, appended in
 ///   the transaction that made it. Its INTEGER PRIMARY KEY is the sequence
 ///   number: the write lock makes `max(seq) + 1` gapless and in commit
-///   order across processes, as long as the newest row is never purged.
+///   order across processes, as long as the newest row is never purged;
+/// - `groupsync_quiet_commits`: one row counting GroupSync's commits that
+///   carry no change set (bookkeeping only: a defaults value set to what
+///   it was, a place acknowledged in the store, a relay's shipped place),
+///   so that listeners do not take them for a program writing the store
+///   without GroupSync.
 enum StoreState {
   static let table = "groupsync_store"
   static let historyTable = "groupsync_history"
+  static let quietCommitsTable = "groupsync_quiet_commits"
 
   /// Creates the tables and the store UUID on first open; returns the UUID.
   static func setUp(_ db: Database, path: String) throws -> UUID {
@@ -24,6 +30,9 @@ enum StoreState {
         author TEXT,
         pid INTEGER NOT NULL,
         payload BLOB NOT NULL);
+      CREATE TABLE IF NOT EXISTS \(quietCommitsTable) (
+        id INTEGER PRIMARY KEY CHECK (id = 1), count INTEGER NOT NULL);
+      INSERT OR IGNORE INTO \(quietCommitsTable)(id, count) VALUES (1, 0);
       """)
     try db.execute(
       sql: "INSERT OR IGNORE INTO \(table)(id, uuid, seq) VALUES (1, ?, 0)", arguments: [UUID().uuidString])
@@ -37,6 +46,36 @@ enum StoreState {
       """)
     try History.setUp(db)
     return try readStoreID(db, path: path)
+  }
+
+  /// Runs `body`, GroupSync's own bookkeeping outside `Store.write`,
+  /// inside `db`'s transaction, and counts the commit as quiet if it wrote
+  /// anything (rows or the schema).
+  static func bookkeeping<T>(_ db: Database, _ body: () throws -> T) throws -> T {
+    let connection = db.sqliteConnection
+    let changes = sqlite3_total_changes64(connection)
+    let schemaVersion = try schemaVersion(db)
+    let result = try body()
+    let wroteRows = sqlite3_total_changes64(connection) != changes
+    if try wroteRows || Self.schemaVersion(db) != schemaVersion { try countQuietCommit(db) }
+    return result
+  }
+
+  private static func schemaVersion(_ db: Database) throws -> Int64 {
+    try Int64.fetchOne(db, sql: "PRAGMA main.schema_version") ?? 0
+  }
+
+  /// Counts the open transaction as a commit without a change set, inside
+  /// it: a listener that sees the count move with the commit knows the
+  /// commit was GroupSync's.
+  static func countQuietCommit(_ db: Database) throws {
+    try db.cachedStatement(sql: "UPDATE \(quietCommitsTable) SET count = count + 1 WHERE id = 1").execute()
+  }
+
+  /// The count of quiet commits (0 in a store set up before it was kept).
+  static func quietCommits(_ db: Database) throws -> Int64 {
+    guard try db.tableExists(quietCommitsTable) else { return 0 }
+    return try Int64.fetchOne(db.cachedStatement(sql: "SELECT count FROM \(quietCommitsTable) WHERE id = 1")) ?? 0
   }
 
   static func readStoreID(_ db: Database, path: String) throws -> UUID {
