@@ -65,6 +65,30 @@ import Testing
     #expect(stray.map { $0.inserted + $0.updated + $0.deleted } ?? [] == [], "\(String(describing: stray))")
   }
 
+  /// Names that differ only in their Unicode form are different names to
+  /// SQLite: renaming a table from "café" spelled precomposed to "café"
+  /// spelled decomposed rewrites the tables that refer to it, and those
+  /// changed shape as much as the renamed one.
+  @Test func aRenameToTheSameNameInAnotherUnicodeFormInvalidatesWhatRefersToIt() async throws {
+    let folder = try TemporaryFolder()
+    let group = try GroupFolder(path: folder.child("group"))
+    let composed = "caf\u{E9}"
+    let decomposed = "cafe\u{301}"
+    #expect(composed == decomposed && !composed.utf8.elementsEqual(decomposed.utf8), "Swift's == and SQLite's differ here")
+    try await group.store.write { db in
+      try db.execute(sql: """
+        CREATE TABLE "\(composed)"(k INTEGER PRIMARY KEY, b);
+        CREATE TABLE child(id INTEGER PRIMARY KEY, ref REFERENCES "\(composed)"(k));
+        """)
+    }
+    let (_, changeSet) = try await group.store.writeAndReturnChangeSet { db in
+      try db.execute(sql: "ALTER TABLE \"\(composed)\" RENAME TO \"\(decomposed)\"")
+    }
+    let invalidated = try #require(changeSet).invalidatedTableNames.map { Array($0.name.utf8) }
+    #expect(invalidated.contains(Array("child".utf8)), "\(invalidated.map { String(decoding: $0, as: UTF8.self) })")
+    #expect(invalidated.contains(Array(decomposed.utf8)))
+  }
+
   /// A trigger named like an external-content full-text table does not
   /// hide that table's changes.
   @Test(arguments: ["fts4", "fts5"])

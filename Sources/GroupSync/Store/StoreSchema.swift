@@ -31,6 +31,19 @@ public enum StoreSchema {
     let tableName: String
     let sql: String?
     let rootPage: Int64
+
+    /// Byte for byte, as SQLite compares: Swift's `==` takes canonically
+    /// equivalent text for equal, and would miss a table renamed from
+    /// "café" spelled precomposed to "café" spelled decomposed, which
+    /// rewrites every reference to it.
+    static func == (a: Entry, b: Entry) -> Bool {
+      func same(_ x: String?, _ y: String?) -> Bool {
+        guard let x, let y else { return x == nil && y == nil }
+        return x.utf8.elementsEqual(y.utf8)
+      }
+      return a.rootPage == b.rootPage && same(a.type, b.type) && same(a.name, b.name)
+        && same(a.tableName, b.tableName) && same(a.sql, b.sql)
+    }
   }
 
   /// One column as `pragma_table_info` describes it.
