@@ -125,6 +125,40 @@ import Glibc
     }
   }
 
+  /// A relay killed right after its shipment committed, a shipment that
+  /// settled a conflict: the relay started again finds the shipment on the
+  /// server, and tells the conflict then, once, as it would have told it
+  /// right after the COMMIT; the other host tells it as it applies it.
+  @Test func aShipmentFoundAfterAKillTellsTheConflictsItSettled() async throws {
+    try await PostgresServer.with { server in
+      let (root, a, b) = try await GroupHost.twoWithRelays(server)
+      defer { withExtendedLifetime(root) {} }
+      try await a.exec(["INSERT INTO note(title, body) VALUES ('shared', 'base')"])
+      try await waitForConvergence([a, b], server: server)
+      try await a.stopRelay()
+      try await b.stopRelay()
+      try await a.exec(["UPDATE note SET body = 'from a' WHERE title = 'shared'"])
+      try await b.exec(["UPDATE note SET body = 'from b' WHERE title = 'shared'"])
+      let shipped = a.events("shipped").count
+      try await a.startRelay()
+      try await waitUntil("a shipped") { a.events("shipped").count > shipped }
+      // b ships after a: its shipment settles the body, and b dies before
+      // its own bookkeeping.
+      try await b.startRelay(environment: ["GROUPSYNC_RELAY_FAILPOINT": "kill-after-ship-commit:1"], waitConnected: false)
+      let died = try await Executables.onThread { [relay = b.relay!] in relay.waitForExit(timeout: 30) }
+      #expect(died)
+      try await b.killRelay()
+      #expect(b.events("conflict").isEmpty, "b died before telling")
+      try await b.startRelay()
+      try await waitForConvergence([a, b], server: server)
+      try await waitUntil("both hosts told the conflict", timeout: .seconds(30)) {
+        a.events("conflict").count >= 1 && b.events("conflict").count >= 1
+      }
+      #expect(a.events("conflict").count == 1 && b.events("conflict").count == 1)
+      #expect(try server.query("SELECT count(*) FROM gs_conflict").first?[0] == "1")
+    }
+  }
+
   /// A host whose relay is down while the others commit thousands of
   /// change sets (and which commits on its own meanwhile) catches up, and
   /// its own commits reach the others.

@@ -108,7 +108,6 @@ extension RelaySession {
           case .nothing: break shipping
           case .shipped:
             context.shippedEntries += 1
-            failpoints.shipmentCommitted()
             takeGroupFormat(log)
             if isStopping {
               outcome = .done

@@ -6,9 +6,11 @@ import GroupSync
 extension RelaySession {
   /// After a (re)connect, this host's shipped place on the server and
   /// here are compared:
-  /// - the server's is ahead: a relay killed after COMMIT never wrote its
-  ///   own bookkeeping. Those shipments' rows take their positions here
-  ///   and the shipped place moves to the server's.
+  /// - the server's is ahead: a relay killed after COMMIT (or cut off
+  ///   before its answer came) never wrote its own bookkeeping. Those
+  ///   shipments' rows take their positions here, the shipped place moves
+  ///   to the server's, and the conflicts they settled are told now, as
+  ///   they would have been then.
   /// - the server's is behind: the log lost shipments the server had
   ///   acknowledged (a failover to a standby that had not received them,
   ///   or a restored backup). The shipped place moves back to the
@@ -46,6 +48,9 @@ extension RelaySession {
         place.shipped = max(place.shipped, shipped)
         place.lastShipment = shipped
       }
+    }
+    for (_, entry) in entries {
+      for conflict in entry.conflicts { context.tell(conflict) }
     }
   }
 }

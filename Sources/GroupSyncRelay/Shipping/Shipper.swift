@@ -61,6 +61,8 @@ struct Shipper {
       // on every connect), then ship what is left.
       return .recover(.alreadyShipped(store: context.storeName, through: shipped))
     case .shipped(let position, let entry, let bytes, let caughtUp):
+      // The instant a kill finds the server ahead of this store.
+      context.failpoints.shipmentCommitted()
       try recordShipped(plan: plan, position: position, entry: entry, bytes: bytes, caughtUp: caughtUp)
       if context.place.current.applied == position { log.recordApplied(context.replica, through: position) }
       ReplicaMetrics.record(context.metrics.shipDuration, since: start)
