@@ -141,8 +141,15 @@ import Testing
         "task title,done store-trump a",
         "task title,done store-trump a",
       ]
-      for relay in relays {
-        try await waitUntil("every conflict is told") { relay.conflicts.count >= expected.count }
+      for (host, relay) in zip(hosts, relays) {
+        do {
+          try await waitUntil("every conflict is told") { relay.conflicts.count >= expected.count }
+        } catch {
+          // Which host missed which, and what its relay did meanwhile.
+          let told = relay.conflicts.map { "\($0.table) \($0.columns.joined(separator: ",")) \($0.rule) \($0.winnerHost)" }
+          Issue.record("\(host.name) told \(told.sorted()); its events: \(relay.events)")
+          continue
+        }
         let told = relay.conflicts
         let described = told.map { "\($0.table) \($0.columns.joined(separator: ",")) \($0.rule) \($0.winnerHost)" }
         #expect(described.sorted() == expected, "\(told)")
