@@ -30,8 +30,11 @@ start)
   mkdir -p "$folder"
   if [ "$(id -u)" = 0 ]; then chown postgres "$folder"; fi
   as_postgres "$bin/initdb" -D "$folder/data" -A trust -U postgres >/dev/null
+  # fsync off in the configuration file, not on the command line, so that
+  # the hosts phase can turn it on for a run (ALTER SYSTEM and a reload).
+  echo "fsync = off" >>"$folder/data/postgresql.conf"
   as_postgres "$bin/pg_ctl" -D "$folder/data" -l "$folder/server.log" -w \
-    -o "-c listen_addresses='' -k $folder -p $port -c fsync=off" start >/dev/null
+    -o "-c listen_addresses='' -k $folder -p $port" start >/dev/null
   echo "postgres.sh: server $("$bin/postgres" --version) on $folder/.s.PGSQL.$port"
   ;;
 stop)

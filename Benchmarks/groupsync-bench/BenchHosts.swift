@@ -15,10 +15,23 @@ struct BenchHostsResult: Codable {
   var latency: BenchStats
   /// PostgreSQL NOTIFY alone in the same run (pgnotify, one listener).
   var notify: BenchStats?
-  /// GroupSync's local delivery (the latency phase, N=1 sparse), if run.
+  /// GroupSync's local delivery (L), measured in this phase.
   var localDelivery: BenchStats?
-  /// 2 × (NOTIFY p50 + local p50): the target for `latency.p50`, µs.
+  /// The targets for `latency` (issue 39): 2·L + S + 2·W + 0.3 ms at p50,
+  /// 2·L99 + S99 + 2·W99 + 1 ms at p99, µs.
   var targetP50: Double?
+  var targetP99: Double?
+  /// L, W, S, R_1, R_w and c_L, measured in this phase.
+  var terms: BenchHostsTerms?
+  /// Relay CPU over the sparse commits: A's per entry shipped, B's per
+  /// entry applied, µs (clock ticks of 10 ms).
+  var shippingCPUPerEntry: Double?
+  var applyingCPUPerEntry: Double?
+  /// Each step's p50 from the relays' traces.
+  var trace: BenchHostsTrace?
+  /// The same A → B with the server's `fsync` on, beside pg_test_fsync's
+  /// time of one 8 kB write with the server's `wal_sync_method`.
+  var fsyncOn: BenchHostsFsync?
   /// One-row commits on A, as fast as A commits them, until B holds
   /// every row: change sets per second through both relays.
   var throughputCommits: Int
@@ -33,6 +46,14 @@ struct BenchHostsResult: Codable {
   /// One-column updates merging by property beside whole rows (log format
   /// 1), side by side in the same run.
   var mergeCost: BenchMergeCost?
+}
+
+struct BenchHostsFsync: Codable {
+  var latency: BenchStats
+  /// pg_test_fsync: µs per 8 kB write synced with `method` on the disk
+  /// of the benchmark's folder (nil: not measured).
+  var syncMicros: Double?
+  var method: String?
 }
 
 extension BenchRunner {
@@ -57,6 +78,8 @@ extension BenchRunner {
     let root = options.workFolder + "/hosts"
     try? FileManager.default.removeItem(atPath: root)
     let groupName = "bench-\(getpid())-\(BenchClock.realtime() / 1_000_000_000)"
+    log("hosts: the terms (L, W, R_1, R_w, S) in \(root)/local and \(root)/rate")
+    let terms = try hostsTerms(conninfo: conninfo, relay: relay, root: root, group: groupName + "-rate")
     var groups: [GroupFolder] = []
     var relays: [ChildProcess] = []
     defer {
@@ -77,11 +100,12 @@ extension BenchRunner {
       groups.append(group)
       let child = try ChildProcess(
         executable: relay,
-        arguments: [folder, "--postgres", conninfo, "--host", host, "--group", groupName, "--poll-interval", "1"],
+        arguments: [folder, "--postgres", conninfo, "--host", host, "--group", groupName, "--poll-interval", "1",
+                    "--trace", root + "/trace-\(host).jsonl"],
         name: "relay \(host)")
       relays.append(child)
     }
-    for child in relays { try waitFor("\(child.name) connected", timeout: 30) { child.stdout.contains("\"connected\"") } }
+    for child in relays { try waitUntil("\(child.name) connected", timeout: 30) { child.stdout.contains("\"connected\"") } }
     let (a, b) = (groups[0], groups[1])
     log("hosts: A → B through two relays and PostgreSQL (group \(groupName))")
 
@@ -100,15 +124,27 @@ extension BenchRunner {
     }
     defer { task.cancel() }
     let count = options.quick ? 50 : 300
-    var latencies: [Int64] = []
-    for index in 0..<(count + 20) {
-      let start = BenchClock.realtime()
-      try a.store.write { db in try db.execute(sql: "INSERT INTO item(body, stamp) VALUES ('x', ?)", arguments: [start]) }
-      guard arrived.wait(timeout: .now() + 10) == .success else { throw BenchError("hosts: B did not receive commit \(index)") }
-      let end = arrivals.withLock { $0.last ?? 0 }
-      if index >= 20 { latencies.append(end - start) }  // the first 20 warm up
-      BenchClock.sleep(milliseconds: 5)
+    func sparseCommits(_ count: Int) throws -> [BenchHostsSample] {
+      var samples: [BenchHostsSample] = []
+      for index in 0..<(count + 20) {
+        let start = BenchClock.realtime()
+        try a.store.write { db in try db.execute(sql: "INSERT INTO item(body, stamp) VALUES ('x', ?)", arguments: [start]) }
+        let written = BenchClock.realtime()
+        let sequence = try a.store.currentSequence()
+        guard arrived.wait(timeout: .now() + 10) == .success else { throw BenchError("hosts: B did not receive commit \(index)") }
+        let end = arrivals.withLock { $0.last ?? 0 }
+        // The first 20 warm up.
+        if index >= 20 { samples.append(.init(sequence: sequence, asked: start, written: written, received: end)) }
+        BenchClock.sleep(milliseconds: 5)
+      }
+      return samples
     }
+    let cpuBefore = relays.map { BenchProc.cpuTicks(pid: $0.pid) ?? 0 }
+    let (shippedBefore, appliedBefore) = (try countEntries(relays[0]), appliedEntries(relays[1]))
+    let samples = try sparseCommits(count)
+    let cpuAfter = relays.map { BenchProc.cpuTicks(pid: $0.pid) ?? 0 }
+    let (shipped, applied) = (try countEntries(relays[0]) - shippedBefore, appliedEntries(relays[1]) - appliedBefore)
+    let latency = BenchStats(nanoseconds: samples.map { $0.received - $0.asked })
     var notify: BenchStats?
     if let pgnotify = options.pgnotify {
       let run = try ChildProcess.run(
@@ -118,7 +154,15 @@ extension BenchRunner {
       guard run.succeeded else { throw BenchError("pgnotify failed: \(run.stderr.suffix(500))") }
       notify = BenchStats(nanoseconds: try JSONDecoder().decode(FloorResult.self, from: Data(run.stdout.utf8)).latencyNs)
     }
-    let local = results.latency.first { $0.listeners == 1 && $0.stream == "sparse" }?.groupsync
+    // The same with the server's fsync on.
+    var fsyncOn: BenchHostsFsync?
+    do {
+      try setServerFsync(conninfo, on: true)
+      defer { try? setServerFsync(conninfo, on: false) }
+      fsyncOn = BenchHostsFsync(latency: BenchStats(nanoseconds: try sparseCommits(count / 2).map { $0.received - $0.asked }))
+    } catch {
+      results.notes.append("hosts: A → B with fsync on not measured: \(error)")
+    }
 
     // Throughput: one-row commits on A as fast as they go, until B has
     // every row.
@@ -129,7 +173,7 @@ extension BenchRunner {
     for _ in 0..<commits {
       try a.store.write { db in try db.execute(sql: "INSERT INTO item(body, stamp) VALUES ('y', 0)") }
     }
-    try waitFor("B holds every row", timeout: 300) {
+    try waitUntil("B holds every row", timeout: 300) {
       (try? b.store.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") ?? 0 }) ?? 0 >= target
     }
     let seconds = Double(BenchClock.monotonic() - start) / 1e9
@@ -142,7 +186,7 @@ extension BenchRunner {
         try db.execute(sql: "INSERT INTO part(item_id, body) VALUES ((SELECT max(id) FROM item), 'p')")
       }
     }
-    try waitFor("B holds every part", timeout: 300) {
+    try waitUntil("B holds every part", timeout: 300) {
       (try? b.store.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM part") ?? 0 }) ?? 0 >= parts
     }
     let referenceSeconds = Double(BenchClock.monotonic() - referenceStart) / 1e9
@@ -150,18 +194,33 @@ extension BenchRunner {
       try Int.fetchOne(db, sql: "SELECT count(*) FROM part p WHERE NOT EXISTS (SELECT 1 FROM item i WHERE i.id = p.item_id)")
     }
     guard broken == 0 else { throw BenchError("hosts: \(broken ?? -1) parts on B point at no item") }
-    let latency = BenchStats(nanoseconds: latencies)
     var hosts = BenchHostsResult(
-      latency: latency, notify: notify, localDelivery: local, targetP50: nil, throughputCommits: commits,
+      latency: latency, notify: notify, localDelivery: terms.localDelivery, terms: terms,
+      fsyncOn: fsyncOn, throughputCommits: commits,
       throughputChangeSetsPerSecond: Double(commits) / seconds,
       throughputLogEntries: plainEntries,
       referenceThroughputChangeSetsPerSecond: Double(commits) / referenceSeconds)
-    if let notify, let local { hosts.targetP50 = 2 * (notify.p50 + local.p50) }
+    if shipped > 0 { hosts.shippingCPUPerEntry = Double(cpuAfter[0] - cpuBefore[0]) * 10_000 / Double(shipped) }
+    if applied > 0 { hosts.applyingCPUPerEntry = Double(cpuAfter[1] - cpuBefore[1]) * 10_000 / Double(applied) }
+    if let ship = terms.ship {
+      hosts.targetP50 = 2 * terms.localDelivery.p50 + ship.p50 + 2 * terms.write.p50 + 300
+      hosts.targetP99 = 2 * terms.localDelivery.p99 + ship.p99 + 2 * terms.write.p99 + 1000
+    }
     for child in relays {
       child.signal(SIGTERM)
       _ = child.finish(timeout: 30)
     }
     relays = []
+    do {
+      hosts.trace = try Self.hostsTrace(
+        samples: samples, shipping: root + "/trace-a.jsonl", applying: root + "/trace-b.jsonl")
+    } catch {
+      results.notes.append("hosts: the relays' traces could not be read: \(error)")
+    }
+    if fsyncOn != nil, let (method, micros) = syncTime() {
+      hosts.fsyncOn?.method = method
+      hosts.fsyncOn?.syncMicros = micros
+    }
     hosts.mergeCost = try mergeCost(conninfo: conninfo, relay: relay)
     results.hosts = hosts
     log(
@@ -170,16 +229,17 @@ extension BenchRunner {
         + "\(Int(hosts.throughputChangeSetsPerSecond)) change sets/s")
   }
 
+  /// The entries a relay applied so far (the `entries` of its `applied` events).
+  private func appliedEntries(_ relay: ChildProcess) -> Int {
+    relay.stdout.split(separator: "\n").filter { $0.hasPrefix("{\"applied\"") }.reduce(0) { total, line in
+      guard let range = line.range(of: "\"entries\":") else { return total }
+      return total + (Int(line[range.upperBound...].prefix { $0.isNumber }) ?? 0)
+    }
+  }
+
   /// The `shipped` events a relay printed so far.
   private func countEntries(_ relay: ChildProcess) throws -> Int {
     relay.stdout.split(separator: "\n").filter { $0.hasPrefix("{\"shipped\"") }.count
   }
 
-  private func waitFor(_ what: String, timeout: Double, _ condition: () -> Bool) throws {
-    let deadline = BenchClock.monotonic() + Int64(timeout * 1e9)
-    while !condition() {
-      guard BenchClock.monotonic() < deadline else { throw BenchError("hosts: timed out waiting: \(what)") }
-      BenchClock.sleep(milliseconds: 2)
-    }
-  }
 }

@@ -139,12 +139,4 @@ extension BenchRunner {
       return Int(line[range.upperBound...].prefix { $0.isNumber })
     }
   }
-
-  private func waitUntil(_ what: String, timeout: Double, _ condition: () -> Bool) throws {
-    let deadline = BenchClock.monotonic() + Int64(timeout * 1e9)
-    while !condition() {
-      guard BenchClock.monotonic() < deadline else { throw BenchError("merge: timed out waiting: \(what)") }
-      BenchClock.sleep(milliseconds: 2)
-    }
-  }
 }

@@ -203,7 +203,7 @@ extension BenchRunner {
       }
       targets.append(BenchTarget(target: "listener memory bounded under backlog", figure: figure, met: met))
     }
-    targets += fleetTargets()
+    targets += hostsTargets()
     return targets
   }
 }

@@ -126,6 +126,12 @@ enum BenchProc {
     return user + system
   }
 
+  /// Whether the process is stopped (SIGSTOP is asynchronous: state T).
+  static func isStopped(pid: Int32) -> Bool {
+    guard let text = read("/proc/\(pid)/stat"), let close = text.lastIndex(of: ")") else { return false }
+    return text[text.index(close, offsetBy: 2)...].first == "T"
+  }
+
   /// A "kB" line of /proc/PID/status, e.g. VmHWM or VmRSS.
   static func statusKilobytes(pid: Int32, _ key: String) -> Int64? {
     guard let text = read("/proc/\(pid)/status") else { return nil }

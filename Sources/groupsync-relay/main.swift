@@ -95,6 +95,13 @@ struct RelayCommand: ParsableCommand {
       valueName: "path"))
   var metricsFile: String?
 
+  @Option(
+    name: .long,
+    help: ArgumentHelp(
+      "Write the timestamps of each step of every shipment and apply (JSON lines) to this file when the relay stops.",
+      valueName: "path"))
+  var trace: String?
+
   @Option(name: .long, help: "Seconds between writes of the --metrics-file.")
   var metricsInterval: Double = 5
 
@@ -187,6 +194,7 @@ struct RelayCommand: ParsableCommand {
     }
     configuration.retention = retention
     configuration.speaksTestingFormat = testingFormat
+    configuration.traceFile = trace
     do {
       configuration.references = try references.map(RowReference.init(parsing:))
     } catch {

@@ -157,6 +157,7 @@ struct Applier {
     let context = self.context
     guard let final = entries.last else { return false }
     let start = ContinuousClock.now
+    let decoded = context.trace == nil ? 0 : RelayTrace.now()
     // The log reaches at least this far, whether or not the entries apply.
     context.logHead = max(context.logHead, final.position)
     var rowCount = 0
@@ -203,6 +204,12 @@ struct Applier {
     }
     let applied = entries[..<taken]
     let last = entries[taken - 1]
+    if let trace = context.trace {
+      trace.record(
+        RelayTrace.Apply(
+          store: context.storeName, first: entries[0].position, last: last.position, notified: trace.notifiedAt,
+          passBegan: trace.passBegan, decoded: decoded, applied: RelayTrace.now()))
+    }
     if !stored {
       context.place.pass { place in
         place.applied = last.position

@@ -65,6 +65,11 @@ public struct RelayConfiguration: Sendable {
   /// read.
   public var newestFormat: LogFormat?
 
+  /// Where the relay writes the timestamps of each step of its shipments
+  /// and applies (JSON lines, see the Benchmarks article) when it stops;
+  /// nil, the default: nothing is stamped.
+  public var traceFile: String?
+
   /// The relay's version and the formats it reads and writes.
   public var version: RelayVersion {
     var version: RelayVersion = speaksTestingFormat ? .testing : .current

@@ -68,6 +68,8 @@ final class ReplicaContext: @unchecked Sendable {
   /// Rung once the relay stops (waits give up).
   let stop: WakePipe?
   let failpoints: RelayFailpoints
+  /// The steps' timestamps, when the relay keeps a trace.
+  var trace: RelayTrace?
 
   /// Takes what `hint` tells about this store: the log reaches its
   /// position, and the entry it carries waits to be applied. At most

@@ -19,6 +19,7 @@ extension RelaySession {
   /// neither.
   func pass() throws -> PassOutcome {
     guard let log else { throw RelayError.disconnected(reason: "no connection") }
+    trace?.passBegan = RelayTrace.now()
     let local = localCommits.take() || needsRecovery
     if needsRecovery {
       for context in contexts where context.formatHold == nil {

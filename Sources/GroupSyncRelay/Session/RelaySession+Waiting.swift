@@ -42,6 +42,7 @@ extension RelaySession {
       dropSession("\(error)", tell: true)
       return false
     }
+    if !received.isEmpty { trace?.notified() }
     for notification in received where notification.channel == SharedLog.channel {
       for context in contexts {
         if let hint = SharedLog.Hint.parse(notification.payload, for: context.replica) { context.take(hint) }

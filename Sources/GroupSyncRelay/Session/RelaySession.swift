@@ -44,6 +44,8 @@ final class RelaySession: @unchecked Sendable {
   /// server gives up when it rings.
   let stopSignal: WakePipe
   private var doorbell: Doorbell?
+  /// The steps' timestamps, when the configuration asks for a trace.
+  let trace: RelayTrace?
   private let fileLock: RelayLock
   var roundTrips = RelayStatusReporter.RoundTrips()
   /// How long this host's applied place may wait to ride on another round
@@ -76,6 +78,8 @@ final class RelaySession: @unchecked Sendable {
         host: configuration.host, group: configuration.group, where: "relays/\(configuration.host).lock is held")
     }
     self.fileLock = fileLock
+    let trace = configuration.traceFile.map(RelayTrace.init(path:))
+    self.trace = trace
     do {
       wake = try WakePipe()
       stopSignal = try WakePipe()
@@ -90,7 +94,10 @@ final class RelaySession: @unchecked Sendable {
           failpoints: failpoints, metricsFactory: configuration.metricsFactory, emit: emit)
       }
       self.group = group
-      for context in contexts { try tellIdentities(context) }
+      for context in contexts {
+        context.trace = trace
+        try tellIdentities(context)
+      }
       // Local commits ring the doorbell, straight from the watcher thread
       // that saw them, undecoded; the change sets are read from the
       // history. The relay's own commits (applied entries, its
@@ -98,6 +105,7 @@ final class RelaySession: @unchecked Sendable {
       // of them ships.
       let (wake, localCommits) = (self.wake, self.localCommits)
       doorbell = try group.doorbell(ignoringAuthor: author) {
+        trace?.rung()
         localCommits.raise()
         wake.ring()
       }
@@ -303,6 +311,11 @@ final class RelaySession: @unchecked Sendable {
   private func shutDown() {
     doorbell?.close()
     if let log, log.isConnected { try? log.flushDeferred() }
+    do {
+      try trace?.write()
+    } catch {
+      logger.error("the trace could not be written to \(trace?.path ?? ""): \(error)")
+    }
     log = nil
     reporter.disconnected()
     refreshStatus(force: true)

@@ -49,6 +49,7 @@ extension Shipper {
         }
       }
       let body = try entry.encoded(format: format)
+      context.trace?.encoded = RelayTrace.now()
       let shipment = SharedLog.Shipment(
         through: plan.through, body: body, format: format, retention: context.retention, winners: winners,
         conflicts: [])
@@ -85,6 +86,7 @@ extension Shipper {
       let conflicts = try entry.conflicts.map { ($0, format.wrap(try Self.json($0), as: "r")) }
       context.failpoints.stallInShipment(stop: context.stop, carriesRows: !plan.tables.isEmpty)
       let body = try entry.encoded(format: format)
+      context.trace?.encoded = RelayTrace.now()
       let shipped = try log.ship(
         context.replica,
         SharedLog.Shipment(

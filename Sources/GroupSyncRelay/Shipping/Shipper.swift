@@ -47,6 +47,7 @@ struct Shipper {
   func ship(_ log: SharedLog) throws -> Shipment {
     let start = ContinuousClock.now
     guard let plan = try makePlan() else { return .nothing }
+    let planned = context.trace == nil ? 0 : RelayTrace.now()
     for error in plan.unsupported { context.emit(.error(error.description)) }
     for warning in plan.warnings { context.emit(.error(warning)) }
     guard plan.changeSets > 0 else {
@@ -62,8 +63,16 @@ struct Shipper {
       return .recover(.alreadyShipped(store: context.storeName, through: shipped))
     case .shipped(let position, let entry, let bytes, let caughtUp):
       // The instant a kill finds the server ahead of this store.
+      let shipped = context.trace == nil ? 0 : RelayTrace.now()
       context.failpoints.shipmentCommitted()
       try recordShipped(plan: plan, position: position, entry: entry, bytes: bytes, caughtUp: caughtUp)
+      if let trace = context.trace {
+        trace.record(
+          RelayTrace.Shipment(
+            store: context.storeName, through: plan.through, position: position, rung: trace.rungAt,
+            passBegan: trace.passBegan, planned: planned, encoded: trace.encoded, shipped: shipped,
+            recorded: RelayTrace.now()))
+      }
       if context.place.current.applied == position { log.recordApplied(context.replica, through: position) }
       ReplicaMetrics.record(context.metrics.shipDuration, since: start)
       return .shipped
