@@ -97,6 +97,7 @@ let package = Package(
       name: "groupsync-bench",
       dependencies: [
         "GroupSync",
+        "GroupSyncRelay",
         "CGroupSync",
         "GroupSyncProcess",
         .product(name: "GRDB", package: "GRDB.swift"),

@@ -30,6 +30,13 @@ extension BenchRunner {
           target: "A → B p50 <= 2·L + S + 2·W + 0.3 ms, p99 <= 2·L99 + S99 + 2·W99 + 1 ms",
           figure: "A → B p50 \(us(h.latency.p50)), p99 \(us(h.latency.p99)); S not measured (pgnotify missing)", met: nil))
     }
+    if let terms, let inProcess = h.inProcess, let limit = h.inProcessTargetP50 {
+      targets.append(
+        BenchTarget(
+          target: "A → B, A's relay in A's process: p50 <= L + S + 2·W + 0.3 ms",
+          figure: "p50 \(us(inProcess.p50)) (p99 \(us(inProcess.p99))); L \(us(terms.localDelivery.p50)): limit \(us(limit))",
+          met: inProcess.p50 <= limit))
+    }
     if let terms {
       let (rw, r1) = (terms.rateWithDoorbell, terms.rateWithListener)
       targets.append(

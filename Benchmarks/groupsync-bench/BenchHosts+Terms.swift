@@ -17,8 +17,11 @@ struct BenchHostsTerms: Codable {
   /// c_L: that listener's CPU per change set, µs.
   var listenerCPUPerChangeSet: Double?
   /// W: a one-row `Store.write` with one listener attached (stopped, so
-  /// that it takes no CPU), µs.
+  /// that it takes no CPU), back to back, µs.
   var write: BenchStats
+  /// The same write 5 ms apart, the listener live (L's commits): what A's
+  /// sparse commits pay, caches cold after each pause, µs.
+  var sparseWrite: BenchStats?
   /// R_1: that writer's one-row commits a second, as fast as it commits;
   /// R_w: the same writer's with a relay's doorbell attached instead, the
   /// relay stopped. Measured in alternating blocks.
@@ -51,17 +54,22 @@ extension BenchRunner {
       _ = rateRelay.finish(timeout: 30)
     }
     try waitUntil("relay r connected", timeout: 30) { rateRelay.stdout.contains("\"connected\"") }
+    // One one-row entry of host r in the log: S ships its like.
+    try rate.transaction(rows: 1, .insert)
+    try waitUntil("relay r shipped a row", timeout: 30) { rateRelay.stdout.contains("{\"shipped\"") }
 
     // L and c_L: sparse commits to a live listener.
     for _ in 0..<20 { try local.transaction(rows: 1, .insert) }
     _ = try collect(listeners, until: try local.group.store.currentSequence())
     var committed: [Int64: Int64] = [:]
+    var sparseWrites: [Int64] = []
     var next = BenchClock.monotonic()
     for _ in 0..<sparse {
       next += 5_000_000
       BenchClock.sleep(untilMonotonic: next)
       let commit = try local.commit(rows: 1, .insert)
       committed[commit.sequence] = commit.committedAt
+      sparseWrites.append(commit.duration)
     }
     let reports = try collect(listeners, until: committed.keys.max()!)
     let (latencies, _) = Self.lastListenerLatencies(committed: committed, reports: reports)
@@ -99,7 +107,7 @@ extension BenchRunner {
 
     var terms = BenchHostsTerms(
       localDelivery: BenchStats(nanoseconds: latencies), listenerCPUPerChangeSet: listenerCPU,
-      write: BenchStats(nanoseconds: writes),
+      write: BenchStats(nanoseconds: writes), sparseWrite: BenchStats(nanoseconds: sparseWrites),
       rateWithListener: Double(withListener.commits) / (Double(withListener.ns) / 1e9),
       rateWithDoorbell: Double(withDoorbell.commits) / (Double(withDoorbell.ns) / 1e9))
     // S, on the same group: relay r registered host r and its store; its

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import GroupSync
 import GroupSyncProcess
+import GroupSyncRelay
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -29,6 +30,11 @@ struct BenchHostsResult: Codable {
   var applyingCPUPerEntry: Double?
   /// Each step's p50 from the relays' traces.
   var trace: BenchHostsTrace?
+  /// A → B with A's relay inside A's writing process (`Relay.start(in:)`,
+  /// one local delivery less), and its target: the p50 one's minus L.
+  var inProcess: BenchStats?
+  var inProcessTargetP50: Double?
+  var inProcessTrace: BenchHostsTrace?
   /// The same A → B with the server's `fsync` on, beside pg_test_fsync's
   /// time of one 8 kB write with the server's `wal_sync_method`.
   var fsyncOn: BenchHostsFsync?
@@ -131,8 +137,13 @@ extension BenchRunner {
         try a.store.write { db in try db.execute(sql: "INSERT INTO item(body, stamp) VALUES ('x', ?)", arguments: [start]) }
         let written = BenchClock.realtime()
         let sequence = try a.store.currentSequence()
-        guard arrived.wait(timeout: .now() + 10) == .success else { throw BenchError("hosts: B did not receive commit \(index)") }
-        let end = arrivals.withLock { $0.last ?? 0 }
+        // B's change set arrives after its commit was asked for: earlier
+        // signals are what the throughput runs left.
+        var end: Int64 = 0
+        while end <= start {
+          guard arrived.wait(timeout: .now() + 10) == .success else { throw BenchError("hosts: B did not receive commit \(index)") }
+          end = arrivals.withLock { $0.last ?? 0 }
+        }
         // The first 20 warm up.
         if index >= 20 { samples.append(.init(sequence: sequence, asked: start, written: written, received: end)) }
         BenchClock.sleep(milliseconds: 5)
@@ -205,7 +216,20 @@ extension BenchRunner {
     if let ship = terms.ship {
       hosts.targetP50 = 2 * terms.localDelivery.p50 + ship.p50 + 2 * terms.write.p50 + 300
       hosts.targetP99 = 2 * terms.localDelivery.p99 + ship.p99 + 2 * terms.write.p99 + 1000
+      hosts.inProcessTargetP50 = hosts.targetP50.map { $0 - terms.localDelivery.p50 }
     }
+    // A's relay in A's own process: A's commits ring it in memory.
+    relays[0].signal(SIGTERM)
+    _ = relays[0].finish(timeout: 30)
+    var configuration = RelayConfiguration(folder: a.path, conninfo: conninfo, group: groupName, host: "a")
+    configuration.traceFile = root + "/trace-a-in-process.jsonl"
+    let connected = DispatchSemaphore(value: 0)
+    let inProcess = try Relay(configuration) { event in if case .connected = event { connected.signal() } }
+    try inProcess.start(in: a)
+    guard connected.wait(timeout: .now() + 30) == .success else { throw BenchError("hosts: the in-process relay did not connect") }
+    let inProcessSamples = try sparseCommits(count)
+    inProcess.stop()
+    hosts.inProcess = BenchStats(nanoseconds: inProcessSamples.map { $0.received - $0.asked })
     for child in relays {
       child.signal(SIGTERM)
       _ = child.finish(timeout: 30)
@@ -214,6 +238,8 @@ extension BenchRunner {
     do {
       hosts.trace = try Self.hostsTrace(
         samples: samples, shipping: root + "/trace-a.jsonl", applying: root + "/trace-b.jsonl")
+      hosts.inProcessTrace = try Self.hostsTrace(
+        samples: inProcessSamples, shipping: root + "/trace-a-in-process.jsonl", applying: root + "/trace-b.jsonl")
     } catch {
       results.notes.append("hosts: the relays' traces could not be read: \(error)")
     }

@@ -57,6 +57,9 @@ enum BenchTable {
       if let terms = h.terms {
         row([("L: local delivery (N=1)", 34), (String(terms.localDelivery.n), 6), (terms.localDelivery.text, 30)])
         row([("W: one-row write, 1 listener", 34), (String(terms.write.n), 6), (terms.write.text, 30)])
+        if let sparse = terms.sparseWrite {
+          row([("   the same write 5 ms apart", 34), (String(sparse.n), 6), (sparse.text, 30)])
+        }
         if let ship = terms.ship { row([("S: server's part (pgnotify --ship)", 34), (String(ship.n), 6), (ship.text, 30)]) }
         line("    R_1 \(Int(terms.rateWithListener)) one-row commits/s with one listener, R_w \(Int(terms.rateWithDoorbell))/s "
           + "with a relay's doorbell (both stopped); c_L \(terms.listenerCPUPerChangeSet.map(BenchFormat.us) ?? "-") us per change set")
@@ -73,6 +76,16 @@ enum BenchTable {
         line("    the budget, from the relays' traces (\(trace.samples) commits; p50 since A's write was asked / since the step before, us):")
         for step in trace.steps {
           row([("      " + step.name, 40), (BenchFormat.us(step.sinceCommit), 10), (BenchFormat.us(step.sinceStepBefore), 10)])
+        }
+      }
+      if let inProcess = h.inProcess {
+        line("    A's relay in A's writing process (Relay.start(in:)): A → B \(inProcess.text) (p50 / p99 / max)"
+          + (h.inProcessTargetP50.map { "; target p50 <= L + S + 2·W + 0.3 ms = \(BenchFormat.us($0)): " + (inProcess.p50 <= $0 ? "met" : "NOT met") } ?? ""))
+        if let trace = h.inProcessTrace {
+          line("    its budget (\(trace.samples) commits; p50 since A's write was asked / since the step before, us):")
+          for step in trace.steps {
+            row([("      " + step.name, 40), (BenchFormat.us(step.sinceCommit), 10), (BenchFormat.us(step.sinceStepBefore), 10)])
+          }
         }
       }
       if let fsync = h.fsyncOn {

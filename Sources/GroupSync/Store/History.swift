@@ -108,7 +108,7 @@ enum History {
 
   /// The oldest sequence number the history still holds (nil when empty).
   static func oldestSequence(_ db: Database) throws -> Int64? {
-    try Int64.fetchOne(db, sql: "SELECT min(seq) FROM \(StoreState.historyTable)")
+    try Int64.fetchOne(db.cachedStatement(sql: "SELECT min(seq) FROM \(StoreState.historyTable)"))
   }
 
   /// Entries after `sequence`, oldest first, at most `limit`.

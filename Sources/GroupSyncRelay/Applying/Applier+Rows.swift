@@ -5,11 +5,16 @@ import GRDB
 import GroupSync
 
 extension Applier {
-  /// The local table `name` (nil: this host has no such table), read once
-  /// per transaction.
+  /// The local table `name` (nil: this host has no such table), looked up
+  /// once per schema version and kept for the transaction.
   func localShape(_ name: String, _ db: Database, _ shapes: inout [String: TableShape?]) throws -> TableShape? {
     if let shape = shapes[name] { return shape }
-    let shape = try TableShape.read(db, table: name, store: context.storeName)
+    let shape: TableShape?
+    switch try context.shape(of: name, version: try StoreSchema.version(db), db) {
+    case .table(let found): shape = found
+    case .none: shape = nil
+    case .withoutRowID: throw TableShape.unsupported(name, store: context.storeName)
+    }
     shapes[name] = shape
     return shape
   }

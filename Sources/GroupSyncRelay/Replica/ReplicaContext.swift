@@ -176,6 +176,18 @@ final class ReplicaContext: @unchecked Sendable {
 
   private var graphCache: (version: Int64, graph: ReferenceGraph)?
 
+  /// The shape of `table` as of the store's schema `version` (read in the
+  /// same transaction as `db`): looked up again only when the schema moved.
+  func shape(of table: String, version: Int64, _ db: Database) throws -> TableShape.Lookup {
+    if shapeCache.version != version { shapeCache = (version, [:]) }
+    if let known = shapeCache.shapes[table] { return known }
+    let lookup = try TableShape.lookUp(db, table: table)
+    shapeCache.shapes[table] = lookup
+    return lookup
+  }
+
+  private var shapeCache: (version: Int64, shapes: [String: TableShape.Lookup]) = (-1, [:])
+
   /// The tables whose keys are each host's own (`table.column` of their
   /// `INTEGER PRIMARY KEY`, or `table.rowid`), the references translated
   /// to them, and the integer columns named `*_id` (or `*Id`) that no

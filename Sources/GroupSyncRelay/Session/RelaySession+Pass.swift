@@ -40,8 +40,7 @@ extension RelaySession {
       try holding(context, log) { try Applier(context: context).apply(log) }
     }
     if local {
-      // After a migration here: its new columns filled in before anything ships.
-      for context in contexts where context.formatHold == nil { try Applier(context: context).reconcileSchema() }
+      // (A migration here is reconciled with as each store ships.)
       if let stopped = try counting(\.shipping, log, { try shipAll(log) }) { return stopped }
     }
     takeGroupFormat(log)

@@ -43,10 +43,25 @@ struct Shipper {
     case recover(RecoveryReason)
   }
 
+  /// What the plan's one read found: nothing to ship, a schema the relay
+  /// has not reconciled with yet, or what to ship.
+  private enum Planned {
+    case nothing
+    case schemaMoved
+    case plan(Plan)
+  }
+
   /// Ships what is pending.
   func ship(_ log: SharedLog) throws -> Shipment {
     let start = ContinuousClock.now
-    guard let plan = try makePlan() else { return .nothing }
+    var read = try makePlan()
+    while case .schemaMoved = read {
+      // A migration here (or the relay's first shipment): its new columns
+      // filled in before anything ships.
+      try Applier(context: context).reconcileSchema()
+      read = try makePlan()
+    }
+    guard case .plan(let plan) = read else { return .nothing }
     let planned = context.trace == nil ? 0 : RelayTrace.now()
     for error in plan.unsupported { context.emit(.error(error.description)) }
     for warning in plan.warnings { context.emit(.error(warning)) }
@@ -83,27 +98,25 @@ struct Shipper {
   /// their global IDs in memory: they are recorded here after COMMIT, with
   /// the positions (and, after a crash, from the log's own entries, which
   /// carry the origin's rowids), so no local commit delays a shipment.
-  private func makePlan() throws -> Plan? {
+  ///
+  /// The same read checks the schema first: after a migration since the
+  /// relay last reconciled with it, ``ship(_:)`` fills in the values kept
+  /// for its new columns (``Applier/reconcileSchema()``) and plans again:
+  /// a table the migration makes ship whole ships them. One read, because
+  /// most wake-ups find one commit to ship, and every read is a
+  /// transaction of its own.
+  private func makePlan() throws -> Planned {
     let context = self.context
-    // Most wake-ups find nothing new: ask without a transaction first.
-    guard try context.store.currentSequence() > context.place.current.shipped else { return nil }
-    return try context.store.read { db -> Plan? in
+    return try context.store.read { db -> Planned in
       // (A pool read refreshes GRDB's schema cache when another process
-      // changed the schema.) A migration since the relay last reconciled with it ships on the
-      // next pass, after the values kept for its new columns are filled in
-      // (``Applier/reconcileSchema()``): a table it makes ship whole ships
-      // them. (No known version: nothing reconciles here, as in a test that
-      // drives the shipper alone.)
-      if let known = context.schemaVersion,
-        try StoreSchema.version(db) != known
-      {
-        return nil
-      }
+      // changed the schema.)
+      let version = try StoreSchema.version(db)
+      guard version == context.schemaVersion else { return .schemaMoved }
       let pending = try context.unshipped(db)
-      guard pending.head > context.place.current.shipped else { return nil }
+      guard pending.head > context.place.current.shipped else { return .nothing }
       var plan = Plan(
         through: pending.head, changeSets: pending.changeSets, tables: [], unsupported: [], notes: pending.notes)
-      guard pending.changeSets > 0 || pending.everything else { return plan }
+      guard pending.changeSets > 0 || pending.everything else { return .plan(plan) }
       plan.changeSets = max(plan.changeSets, 1)
       var tables = Set(pending.rows.keys).union(pending.wholeTables)
       if pending.everything { tables.formUnion(try TableShape.userTables(db)) }
@@ -111,7 +124,7 @@ struct Shipper {
       var assigned: [String: [Int64: String]] = [:]
       for table in tables.sorted() {
         let shape: TableShape
-        switch try TableShape.lookUp(db, table: table) {
+        switch try context.shape(of: table, version: version, db) {
         case .table(let found): shape = found
         case .none: continue
         case .withoutRowID:
@@ -150,7 +163,7 @@ struct Shipper {
         }
       }
       try translateReferences(&plan, assigned: assigned, db)
-      return plan
+      return .plan(plan)
     }
   }
 
