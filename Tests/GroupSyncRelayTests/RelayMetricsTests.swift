@@ -303,4 +303,62 @@ extension RelayMetricsTests {
       #expect(!result.stdout.contains("\"connected\""))
     }
   }
+
+  /// `--trace`: each shipment and each applied batch, with its steps'
+  /// times in their order, written when the relay stops.
+  @Test func theRelayProcessWritesItsTraceAtStop() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let b = try await GroupHost("b", root: root.path, server: server)
+      a.traceFile = root.path + "/trace-a.jsonl"
+      b.traceFile = root.path + "/trace-b.jsonl"
+      try await a.startRelay()
+      try await b.startRelay()
+      let before = try GroupFolder(path: a.folder, create: false).store.currentSequence()
+      try await a.exec(["INSERT INTO note(title) VALUES ('traced')"])
+      try await waitForConvergence([a, b], server: server)
+      try await a.stopRelay()
+      try await b.stopRelay()
+      struct Record: Decodable {
+        var kind: String
+        var through, position, rung, passBegan, planned, encoded, shipped, recorded: Int64?
+        var first, last, notified, decoded, applied: Int64?
+      }
+      func records(_ path: String) throws -> [Record] {
+        try Self.read(path).split(separator: "\n").map { try JSONDecoder().decode(Record.self, from: Data($0.utf8)) }
+      }
+      let shipments = try records(a.traceFile!).filter { $0.kind == "ship" }
+      let shipment = try #require(shipments.first { ($0.through ?? 0) > before }, "\(Self.read(a.traceFile!))")
+      let position = try #require(shipment.position)
+      // Each step after the one before (the ring came before the pass).
+      let steps = [shipment.rung, shipment.passBegan, shipment.planned, shipment.encoded, shipment.shipped, shipment.recorded]
+      #expect(steps.allSatisfy { ($0 ?? 0) > 0 }, "\(steps)")
+      #expect(zip(steps.dropFirst(2), steps.dropFirst(3)).allSatisfy { $0! <= $1! }, "\(steps)")
+      let applies = try records(b.traceFile!).filter { $0.kind == "apply" }
+      let apply = try #require(applies.first { ($0.first ?? 0) <= position && position <= ($0.last ?? 0) })
+      let applied = [apply.passBegan, apply.decoded, apply.applied]
+      #expect(applied.allSatisfy { ($0 ?? 0) > 0 } && applied[0]! <= applied[1]! && applied[1]! <= applied[2]!)
+      // B applied it after A's relay planned it.
+      #expect(apply.applied! > shipment.planned!)
+    }
+  }
+
+  /// A trace file that cannot be written stops the relay as it starts,
+  /// naming the path (not when it stops, with the trace lost).
+  @Test func anUnwritableTraceFileIsRefusedAtStart() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let traceFile = root.path + "/missing/trace.jsonl"
+      let result = try await Executables.onThread {
+        try ChildProcess(
+          executable: Executables.relay,
+          arguments: [a.folder, "--postgres", server.conninfo, "--host", "a", "--trace", traceFile]
+        ).finish(timeout: 120)
+      }
+      #expect(!result.succeeded && result.stderr.contains("trace file '\(traceFile)'"), "\(result.stderr)")
+      #expect(!result.stdout.contains("\"connected\""))
+    }
+  }
 }

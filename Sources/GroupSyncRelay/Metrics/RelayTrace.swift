@@ -60,7 +60,19 @@ final class RelayTrace: @unchecked Sendable {
   var passBegan: Int64 = 0
   var encoded: Int64 = 0
 
-  init(path: String) { self.path = path }
+  /// Makes the trace, writing its file empty at once, so that a path that
+  /// cannot be written stops the relay as it starts rather than when it
+  /// stops.
+  ///
+  /// - Throws: ``RelayError/invalidConfiguration(_:)`` naming the path.
+  init(path: String) throws {
+    self.path = path
+    do {
+      try Data().write(to: URL(fileURLWithPath: path))
+    } catch {
+      throw RelayError.invalidConfiguration("trace file '\(path)' cannot be written: \(error.localizedDescription)")
+    }
+  }
 
   static func now() -> Int64 {
     var time = timespec()

@@ -78,7 +78,13 @@ final class RelaySession: @unchecked Sendable {
         host: configuration.host, group: configuration.group, where: "relays/\(configuration.host).lock is held")
     }
     self.fileLock = fileLock
-    let trace = configuration.traceFile.map(RelayTrace.init(path:))
+    let trace: RelayTrace?
+    do {
+      trace = try configuration.traceFile.map(RelayTrace.init(path:))
+    } catch {
+      fileLock.release()
+      throw error
+    }
     self.trace = trace
     do {
       wake = try WakePipe()

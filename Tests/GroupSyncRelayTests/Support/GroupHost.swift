@@ -80,6 +80,8 @@ final class GroupHost: @unchecked Sendable {
   /// (`--metrics-interval`, seconds).
   var metricsFile: String?
   var metricsInterval = 0.2
+  /// Where the relay writes its trace at stop (`--trace`).
+  var traceFile: String?
   /// The relay's `--dead-link-timeout` (nil: its default).
   var deadLinkTimeout: Duration?
   /// Relations declared to the relay (`--reference`).
@@ -136,6 +138,7 @@ final class GroupHost: @unchecked Sendable {
     if let deadLinkTimeout { arguments += ["--dead-link-timeout", String(deadLinkTimeout.inSeconds)] }
     for reference in references { arguments += ["--reference", reference] }
     if let metricsFile { arguments += ["--metrics-file", metricsFile, "--metrics-interval", String(metricsInterval)] }
+    if let traceFile { arguments += ["--trace", traceFile] }
     var environment = ProcessInfo.processInfo.environment
     for (key, value) in extra { environment[key] = value }
     // The current build through `groupsync relay`, as users start it;
