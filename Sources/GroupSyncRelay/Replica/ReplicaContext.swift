@@ -98,7 +98,10 @@ final class ReplicaContext: @unchecked Sendable {
     self.stop = stop
     self.failpoints = failpoints
     metrics = ReplicaMetrics(group: group, store: storeName, host: host, factory: metricsFactory)
-    place = try store.write(author: author) { db in
+    // The relay's tables, made or brought up to date: bookkeeping, not a
+    // write its listeners are told of (the capture ignores their rows, and
+    // their schema is no user's either).
+    place = try store.writeBookkeeping { db in
       try GlobalIDTable.setUp(db)
       try HeldRows.setUp(db)
       try SchemaDrift.setUp(db)
