@@ -114,11 +114,12 @@ final class ReplicaContext: @unchecked Sendable {
   @discardableResult
   func write<T>(_ body: (Database) throws -> T) throws -> T { try writeAndReturnChangeSet(body).result }
 
-  /// ``write(_:)``, also returning the change set it committed. The place
-  /// `body` changed is published once it committed. A change set right
-  /// after the shipped place is skipped at once (the shipped place moves
-  /// past it in memory), so the next shipment need not read the history to
-  /// find it is the relay's own.
+  /// ``write(_:)``, also returning the change set it committed: nil when
+  /// `body` wrote only the relay's tables, which no capture reports (a
+  /// quiet commit). The place `body` changed is published once it
+  /// committed. A change set right after the shipped place is skipped at
+  /// once (the shipped place moves past it in memory), so the next
+  /// shipment need not read the history to find it is the relay's own.
   func writeAndReturnChangeSet<T>(_ body: (Database) throws -> T) throws -> (result: T, changeSet: ChangeSet?) {
     let written: (result: T, changeSet: ChangeSet?)
     do {
