@@ -78,8 +78,8 @@ import Testing
 
       // A's own entry, as A wrote it, counts as applied there at once.
       #expect(a.context.place.current.applied == 1)
-      // Its bookkeeping's change set is skipped as it commits: nothing is
-      // left for the shipper to read.
+      // Its bookkeeping commits no change set (the relay's tables are not
+      // captured): nothing is left for the shipper to read.
       #expect(try a.context.place.current.shipped == a.group.store.currentSequence())
       #expect(try !Applier(context: a.context).apply(a.log))
       // B applies the entry its notification carried, and tells the

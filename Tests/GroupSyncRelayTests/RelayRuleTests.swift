@@ -44,29 +44,6 @@ import Testing
     #expect(!RelayError.postgres(call: "PQconnectPoll", message: "", sqlState: nil).leavesConnectionUsable)
   }
 
-  /// The relay runs in the process's own group folder and writes under its
-  /// author there, whatever the folder's store options say; a folder that
-  /// is not the configuration's is refused before anything is taken.
-  @Test func aRelayRunsInTheProcesssOwnGroupFolderUnderItsOwnAuthor() throws {
-    let root = try HostsFolder()
-    let group = try GroupFolder(path: root.path + "/one")
-    let other = try GroupFolder(path: root.path + "/two")
-    // No server: the relay's thread keeps trying to connect meanwhile.
-    let configuration = RelayConfiguration(
-      folder: root.path + "/one", conninfo: "host=\(root.path)/no-server connect_timeout=1", host: "h")
-    let refused = try Relay(configuration)
-    #expect(throws: RelayError.invalidConfiguration(
-      "the group folder '\(root.path)/two' is not the configuration's folder '\(root.path)/one'")
-    ) { try refused.start(in: other) }
-    let relay = try Relay(configuration)  // the refusal took no lock
-    try relay.start(in: group)
-    defer { relay.stop() }
-    let entries = try group.store.history(after: 0)
-    #expect(entries.last?.author == "groupsync-relay@h")
-    try group.store.write { try $0.execute(sql: "CREATE TABLE t(v)") }
-    #expect(try group.store.history(after: 0).last?.author == ProcessInfo.processInfo.processName)
-  }
-
   @Test func aRecoveryIsToldInTheWordsItAlwaysHad() {
     let before = RelayError.invalidEntry(
       store: "main", sequence: 7,

@@ -161,6 +161,41 @@ extension RelayTests {
     }
   }
 
+  /// The relay runs in the process's own group folder and writes under its
+  /// author there, whatever the folder's store options say: the entry it
+  /// applies from another host commits as a change set of that author. A
+  /// folder that is not the configuration's is refused before anything is
+  /// taken. (Its own tables are not captured: only an applied row makes a
+  /// change set, so the row is what tells the author.)
+  @Test func aRelayRunsInTheProcesssOwnGroupFolderUnderItsOwnAuthor() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let b = try await GroupHost("b", root: root.path, server: server)
+      try FileManager.default.createDirectory(atPath: root.path + "/h", withIntermediateDirectories: true)
+      let group = try GroupFolder(path: root.path + "/h/app")
+      try await group.store.write { try $0.execute(sql: GroupHost.schema) }
+      let other = try GroupFolder(path: root.path + "/two")
+      var configuration = RelayConfiguration(folder: root.path + "/h/app", conninfo: server.conninfo, host: "h")
+      configuration.pollInterval = .milliseconds(200)
+      let refused = try Relay(configuration)
+      #expect(throws: RelayError.invalidConfiguration(
+        "the group folder '\(root.path)/two' is not the configuration's folder '\(root.path)/h/app'")
+      ) { try refused.start(in: other) }
+      let relay = try Relay(configuration)  // the refusal took no lock
+      try relay.start(in: group)
+      defer { relay.stop() }
+      try await b.startRelay()
+      try await b.exec(["INSERT INTO note(title, body) VALUES ('from b', 'x')"])
+      try await waitUntil("h applied b's row") {
+        try group.store.read { try String.fetchOne($0, sql: "SELECT body FROM note WHERE title = 'from b'") } == "x"
+      }
+      #expect(try group.store.history(after: 0).last?.author == "groupsync-relay@h")
+      try await group.store.write { try $0.execute(sql: "CREATE TABLE t(v)") }
+      #expect(try group.store.history(after: 0).last?.author == ProcessInfo.processInfo.processName)
+      try await b.stopRelay()
+    }
+  }
+
   /// A host whose table is to ship whole (over the row budget here; DDL
   /// alike) while remote images arrive: a row it does not have is applied
   /// at once, and a row it holds back is settled when its table ships, the

@@ -12,7 +12,8 @@ final class ChangeCapture {
   let connection: OpaquePointer
 
   /// Installs the pre-update hook on `connection`, unless SQLite lacks it
-  /// or `withoutPreUpdateHook` asks for the fallback.
+  /// or `withoutPreUpdateHook` asks for the fallback, ignoring the relay's
+  /// tables (``RelayTables``).
   init(connection: OpaquePointer, withoutPreUpdateHook: Bool, rowBudget: Int) throws {
     self.connection = connection
     var handle: OpaquePointer?
@@ -20,6 +21,12 @@ final class ChangeCapture {
     let code = gs_capture_create(connection, options, &handle)
     guard code == GS_OK, let handle else {
       throw GroupSyncError.captureUnavailable(reason: String(cString: gs_strerror(code)))
+    }
+    // Told here, for every process that opens a store: a relay's
+    // bookkeeping must not depend on who else has the store open.
+    for table in RelayTables.all where gs_capture_ignore_table(handle, table) != GS_OK {
+      gs_capture_close(handle)
+      throw GroupSyncError.captureOutOfMemory
     }
     self.handle = handle
     gs_capture_set_row_budget(handle, rowBudget)
@@ -60,8 +67,12 @@ final class ChangeCapture {
   }
 
   /// Captures `table` again from its next row on (what it got while
-  /// ignored stays uncaptured).
-  func unignore(_ table: String) { gs_capture_unignore_table(handle, table) }
+  /// ignored stays uncaptured). The relay's tables stay ignored, even if a
+  /// shadow table of the same name was ignored and is no longer.
+  func unignore(_ table: String) {
+    guard !RelayTables.contains(table) else { return }
+    gs_capture_unignore_table(handle, table)
+  }
 
   func markSequenced() { gs_capture_mark_sequenced(handle) }
 

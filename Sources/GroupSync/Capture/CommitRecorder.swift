@@ -164,8 +164,8 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
   /// Numbers the open transaction's change set, encodes it, appends it to
   /// the history and purges what the retention lets go; right before
   /// COMMIT. Returns its sequence, or nil when nothing GroupSync reports
-  /// changed (a transaction that wrote GroupSync's own tables only is
-  /// then counted as a quiet commit).
+  /// changed (a transaction that wrote GroupSync's own tables or a relay's
+  /// only is then counted as a quiet commit).
   func finish(_ db: Database) throws -> Int64? {
     guard isInTransaction else { throw GroupSyncError.transactionEndedByClosure }
     guard let changeSet = try prepareChangeSet(db) else {
@@ -365,6 +365,10 @@ final class CommitRecorder: TransactionObserver, @unchecked Sendable {
       if TableName.sameBytes(table, StoreState.historyTable) { knownLastSequence = nil }
       return false
     }
+    // The relay's tables, which the capture ignores: no written table for
+    // a change set to cover (the fallback would refuse a commit of only
+    // them as unsequenced).
+    if RelayTables.contains(table) { return false }
     lastExternalTable = table
     writtenTables.append(table)
     return isFallback

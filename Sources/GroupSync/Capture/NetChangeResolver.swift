@@ -63,7 +63,9 @@ struct NetChangeResolver {
         invalidated.insert(table)  // no rowids, or a table gone meanwhile
       }
     }
-    invalidated = Set(invalidated.compactMap(owner).filter { !$0.isInternal })
+    // Neither GroupSync's tables nor a relay's (``RelayTables``) are ever
+    // reported, not even when the schema change made them.
+    invalidated = Set(invalidated.compactMap(owner).filter { !$0.isInternal && !RelayTables.contains($0.name) })
     var tables: [TableName: TableChanges] = [:]
     for (table, rows) in rowsByTable where !invalidated.contains(table) || created.contains(table) {
       guard let changes = try verified(rows, in: table) else {

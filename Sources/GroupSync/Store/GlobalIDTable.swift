@@ -19,13 +19,15 @@ import GRDB
 ///   by lowercased column name; NULL: unknown), from which the next
 ///   update's changed columns are told (log format 2).
 ///
-/// Its name does not start with `groupsync_` on purpose: GroupSync's
-/// capture reports it, so every transaction of the relay, also one that
-/// writes only this table, commits a change set (author
-/// `groupsync-relay@HOST`) and no listener mistakes it for a foreign
-/// writer. It is never replicated.
+/// GroupSync's capture ignores it, as every table of the relay
+/// (``RelayTables``): a relay's transaction that writes only its own
+/// tables commits no change set and counts as a quiet commit, so no
+/// listener mistakes it for a foreign writer; one that applies rows
+/// reports those rows alone. A row's global ID is therefore read from
+/// here when needed, never learnt from a change set. It is never
+/// replicated.
 package enum GlobalIDTable {
-  package static let name = "gs_relay_row"
+  package static let name = RelayTables.globalIDs
 
   package static func setUp(_ db: Database) throws {
     try db.execute(sql: """

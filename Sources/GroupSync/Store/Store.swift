@@ -355,10 +355,11 @@ public final class Store: Sendable {
 
   // MARK: Internals
 
-  /// Runs `body`, GroupSync's own bookkeeping (its tables, no row a
-  /// listener is told of), in one transaction outside `write(_:)`,
-  /// counted as a quiet commit if it wrote anything (see ``StoreState``).
-  func writeBookkeeping<T>(_ body: (Database) throws -> T) throws -> T {
+  /// Runs `body`, GroupSync's own bookkeeping (its tables or a relay's,
+  /// no row a listener is told of), in one transaction outside
+  /// `write(_:)`, counted as a quiet commit if it wrote anything (see
+  /// ``StoreState``): also the schema, which `write(_:)` would report.
+  package func writeBookkeeping<T>(_ body: (Database) throws -> T) throws -> T {
     try pool.write { db in try StoreState.bookkeeping(db) { try body(db) } }
   }
 

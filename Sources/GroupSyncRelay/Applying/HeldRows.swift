@@ -2,6 +2,7 @@
 // a table or column after a migration), kept in the store.
 import Foundation
 import GRDB
+import GroupSync
 
 /// Row images the applier cannot store yet, because a reference in them
 /// names a row this host does not have (`gs_relay_held` in the store):
@@ -16,7 +17,8 @@ import GRDB
 /// (JSON, the references as global IDs), and why it waits, in words and
 /// as a ``RelayMetrics/HeldCause`` (which the metrics count by).
 enum HeldRows {
-  static let table = "gs_relay_held"
+  // Named in the core (``RelayTables``), whose capture ignores it.
+  static let table = RelayTables.heldRows
 
   static func setUp(_ db: Database) throws {
     try db.execute(sql: """

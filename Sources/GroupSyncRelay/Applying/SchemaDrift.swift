@@ -17,8 +17,9 @@ import GroupSync
 ///   *had* is no additive change: the column was dropped or renamed here,
 ///   and the entry waits with an error naming it.
 enum SchemaDrift {
-  static let extraTable = "gs_relay_extra"
-  static let columnsTable = "gs_relay_columns"
+  // Named in the core (``RelayTables``), whose capture ignores them.
+  static let extraTable = RelayTables.extraValues
+  static let columnsTable = RelayTables.columns
 
   static func setUp(_ db: Database) throws {
     try db.execute(sql: """

@@ -13,7 +13,8 @@ public enum RelayEvent: Sendable, Equatable, Codable {
   case shipped(store: String, position: Int64, localSequence: Int64, changeSets: Int, rows: Int, bytes: Int)
   /// Log entries up to `position` were applied in one local transaction,
   /// which committed as local sequence `localSequence` (nil when no row
-  /// changed here).
+  /// of the user's changed here: the relay's own tables, a held row say,
+  /// commit no change set).
   case applied(store: String, position: Int64, entries: Int, rows: Int, localSequence: Int64?)
   /// Two hosts wrote the same row concurrently; one won.
   case conflict(ConflictRecord)

@@ -100,7 +100,10 @@ final class ReplicaContext: @unchecked Sendable {
     self.stop = stop
     self.failpoints = failpoints
     metrics = ReplicaMetrics(group: group, store: storeName, host: host, factory: metricsFactory)
-    place = try store.write(author: author) { db in
+    // The relay's tables, made or brought up to date: bookkeeping, not a
+    // write its listeners are told of (the capture ignores their rows, and
+    // their schema is no user's either).
+    place = try store.writeBookkeeping { db in
       try GlobalIDTable.setUp(db)
       try HeldRows.setUp(db)
       try SchemaDrift.setUp(db)
@@ -113,11 +116,12 @@ final class ReplicaContext: @unchecked Sendable {
   @discardableResult
   func write<T>(_ body: (Database) throws -> T) throws -> T { try writeAndReturnChangeSet(body).result }
 
-  /// ``write(_:)``, also returning the change set it committed. The place
-  /// `body` changed is published once it committed. A change set right
-  /// after the shipped place is skipped at once (the shipped place moves
-  /// past it in memory), so the next shipment need not read the history to
-  /// find it is the relay's own.
+  /// ``write(_:)``, also returning the change set it committed: nil when
+  /// `body` wrote only the relay's tables, which no capture reports (a
+  /// quiet commit). The place `body` changed is published once it
+  /// committed. A change set right after the shipped place is skipped at
+  /// once (the shipped place moves past it in memory), so the next
+  /// shipment need not read the history to find it is the relay's own.
   func writeAndReturnChangeSet<T>(_ body: (Database) throws -> T) throws -> (result: T, changeSet: ChangeSet?) {
     let written: (result: T, changeSet: ChangeSet?)
     do {

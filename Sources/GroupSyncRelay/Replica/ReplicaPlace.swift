@@ -1,6 +1,7 @@
 // This host's places in one store's log: the store's `gs_relay_state`
 // row and its copy in memory, changed through one door.
 import GRDB
+import GroupSync
 
 /// How far this host got with one replicated store: the last local
 /// sequence shipped, the last log position applied, and what the log must
@@ -28,7 +29,8 @@ final class ReplicaPlace {
     var appliedOrigin: EntryOrigin? = nil
   }
 
-  static let table = "gs_relay_state"
+  // Named in the core (``RelayTables``), whose capture ignores it.
+  static let table = RelayTables.place
 
   private let group: String
   private let host: String

@@ -106,9 +106,9 @@ final class RelaySession: @unchecked Sendable {
       }
       // Local commits ring the doorbell, straight from the watcher thread
       // that saw them, undecoded; the change sets are read from the
-      // history. The relay's own commits (applied entries, its
-      // bookkeeping) do not wake it: they came from the log, and nothing
-      // of them ships.
+      // history. The relay's own applied entries do not wake it: they came
+      // from the log, and nothing of them ships (its bookkeeping commits
+      // no change set at all: its tables are not captured).
       let (wake, localCommits) = (self.wake, self.localCommits)
       doorbell = try group.doorbell(ignoringAuthor: author) {
         trace?.rung()
