@@ -334,7 +334,16 @@ func waitForConvergence(
   var last = ""
   var backoff = PollBackoff(first: .milliseconds(20), maximum: .milliseconds(200))
   while true {
-    let head = try logHead()
+    let head: Int64
+    do {
+      head = try logHead()
+    } catch {
+      // No relay has connected yet: the log's tables come with the first.
+      last = "the log's head unreadable: \(error)"
+      guard ContinuousClock.now < deadline else { throw RelayTestFailure("replicas did not converge: \(last)") }
+      try await backoff.pause()
+      continue
+    }
     let statuses = hosts.map { $0.relayStatus() }
     let contents = try hosts.map { try content($0) }
     let settled = statuses.allSatisfy { status in
