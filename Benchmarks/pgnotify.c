@@ -137,6 +137,21 @@ static void pace(struct timespec *next, long interval_us) {
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, next, NULL) == EINTR) {}
 }
 
+// The next notification on `connection`, blocking in poll(2) on its
+// socket until one comes (PQfreemem it).
+static PGnotify *next_notification(PGconn *connection) {
+  PGnotify *notify;
+  while ((notify = PQnotifies(connection)) == NULL) {
+    struct pollfd wait = {.fd = PQsocket(connection), .events = POLLIN};
+    if (poll(&wait, 1, -1) < 0) {
+      if (errno == EINTR) continue;
+      die("poll", NULL);
+    }
+    if (!PQconsumeInput(connection)) die("PQconsumeInput", connection);
+  }
+  return notify;
+}
+
 // A listener: woken by its socket, stamps each notification.
 static void listener_main(const char *conninfo, long total, int64_t *delivered,
                           int64_t *cpu_ns, int ready_fd) {
@@ -144,24 +159,15 @@ static void listener_main(const char *conninfo, long total, int64_t *delivered,
   command(connection, "LISTEN bench");
   if (write(ready_fd, "r", 1) != 1) die("write ready", NULL);
   close(ready_fd);
-  int socket = PQsocket(connection);
   long seen = 0;
   while (seen < total) {
-    struct pollfd wait = {.fd = socket, .events = POLLIN};
-    if (poll(&wait, 1, -1) < 0) {
-      if (errno == EINTR) continue;
-      die("poll", NULL);
+    PGnotify *notify = next_notification(connection);
+    long seq = atol(notify->extra);
+    if (seq >= 0 && seq < total) {
+      delivered[seq] = now_ns(CLOCK_REALTIME);
+      seen++;
     }
-    if (!PQconsumeInput(connection)) die("PQconsumeInput", connection);
-    PGnotify *notify;
-    while ((notify = PQnotifies(connection)) != NULL) {
-      long seq = atol(notify->extra);
-      if (seq >= 0 && seq < total) {
-        delivered[seq] = now_ns(CLOCK_REALTIME);
-        seen++;
-      }
-      PQfreemem(notify);
-    }
+    PQfreemem(notify);
   }
   *cpu_ns = cpu_time_ns();
   PQfinish(connection);
@@ -284,33 +290,24 @@ static void ship_listener_main(const char *conninfo, const char *prefix, long lo
   command(connection, "LISTEN " SHIP_CHANNEL);
   if (write(ready_fd, "r", 1) != 1) die("write ready", NULL);
   close(ready_fd);
-  int socket = PQsocket(connection);
   size_t prefix_length = strlen(prefix);
   long seen = 0;
   while (seen < total) {
-    struct pollfd wait = {.fd = socket, .events = POLLIN};
-    if (poll(&wait, 1, -1) < 0) {
-      if (errno == EINTR) continue;
-      die("poll", NULL);
+    PGnotify *notify = next_notification(connection);
+    int64_t at = now_ns(CLOCK_REALTIME);
+    // "GROUP/STORE:POSITION", then "\n" and the entry when it fitted.
+    const char *digits = notify->extra + prefix_length;
+    long long position = 0;
+    int count = 0;
+    if (strncmp(notify->extra, prefix, prefix_length) == 0)
+      for (; digits[count] >= '0' && digits[count] <= '9' && count < 18; count++)
+        position = position * 10 + (digits[count] - '0');
+    if (count > 0 && (digits[count] == '\0' || digits[count] == '\n') && position > after) {
+      arrivals[2 * seen] = position;
+      arrivals[2 * seen + 1] = at;
+      seen++;
     }
-    if (!PQconsumeInput(connection)) die("PQconsumeInput", connection);
-    PGnotify *notify;
-    while ((notify = PQnotifies(connection)) != NULL) {
-      int64_t at = now_ns(CLOCK_REALTIME);
-      // "GROUP/STORE:POSITION", then "\n" and the entry when it fitted.
-      const char *digits = notify->extra + prefix_length;
-      long long position = 0;
-      int count = 0;
-      if (strncmp(notify->extra, prefix, prefix_length) == 0)
-        for (; digits[count] >= '0' && digits[count] <= '9' && count < 18; count++)
-          position = position * 10 + (digits[count] - '0');
-      if (count > 0 && (digits[count] == '\0' || digits[count] == '\n') && position > after) {
-        arrivals[2 * seen] = position;
-        arrivals[2 * seen + 1] = at;
-        seen++;
-      }
-      PQfreemem(notify);
-    }
+    PQfreemem(notify);
   }
   *cpu_ns = cpu_time_ns();
   PQfinish(connection);

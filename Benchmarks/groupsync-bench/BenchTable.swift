@@ -72,21 +72,17 @@ enum BenchTable {
       if let shipping = h.shippingCPUPerEntry, let applying = h.applyingCPUPerEntry {
         line("    relay CPU (sparse): A \(BenchFormat.us(shipping)) us per entry shipped, B \(BenchFormat.us(applying)) us per entry applied")
       }
-      if let trace = h.trace {
-        line("    the budget, from the relays' traces (\(trace.samples) commits; p50 since A's write was asked / since the step before, us):")
+      func budget(_ title: String, _ trace: BenchHostsTrace) {
+        line("    \(title) (\(trace.samples) commits; p50 since A's write was asked / since the step before, us):")
         for step in trace.steps {
           row([("      " + step.name, 40), (BenchFormat.us(step.sinceCommit), 10), (BenchFormat.us(step.sinceStepBefore), 10)])
         }
       }
+      if let trace = h.trace { budget("the budget, from the relays' traces", trace) }
       if let inProcess = h.inProcess {
         line("    A's relay in A's writing process (Relay.start(in:)): A → B \(inProcess.text) (p50 / p99 / max)"
           + (h.inProcessTargetP50.map { "; target p50 <= L + S + 2·W + 0.3 ms = \(BenchFormat.us($0)): " + (inProcess.p50 <= $0 ? "met" : "NOT met") } ?? ""))
-        if let trace = h.inProcessTrace {
-          line("    its budget (\(trace.samples) commits; p50 since A's write was asked / since the step before, us):")
-          for step in trace.steps {
-            row([("      " + step.name, 40), (BenchFormat.us(step.sinceCommit), 10), (BenchFormat.us(step.sinceStepBefore), 10)])
-          }
-        }
+        if let trace = h.inProcessTrace { budget("its budget", trace) }
       }
       if let fsync = h.fsyncOn {
         line("    fsync on: A → B \(fsync.latency.text) (p50 / p99 / max); one synced 8 kB write (pg_test_fsync, "
