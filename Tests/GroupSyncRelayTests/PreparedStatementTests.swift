@@ -229,4 +229,41 @@ import Testing
       #expect(window.entries.map { $0.body == nil } == [true, false, false, false, false])
     }
   }
+
+  /// A relay ships through its named statement, on every session it
+  /// opens: after the server ended its first, it prepares anew rather than
+  /// trusting what the old one held (the server would log the statement it
+  /// lacks). One run with `--no-prepared-statements` ships through unnamed
+  /// ones. The server's log names every statement it ran, and whose.
+  @Test func relaysShipThroughPreparedStatementsUnlessToldNot() async throws {
+    try await PostgresServer.with { server in
+      _ = try server.query("ALTER SYSTEM SET log_statement = 'all'")
+      _ = try server.query("ALTER SYSTEM SET log_line_prefix = '%a: '")
+      _ = try server.query("SELECT pg_reload_conf()")
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let b = try await GroupHost("b", root: root.path, server: server)
+      b.launch = { executable, arguments in (executable, arguments + ["--no-prepared-statements"]) }
+      try await a.startRelay()
+      try await b.startRelay()
+      for (host, title) in [(a, "a1"), (b, "b1")] { try await host.exec(["INSERT INTO note(title) VALUES ('\(title)')"]) }
+      try await waitForConvergence([a, b], server: server)
+      let terminated = try server.query(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE 'groupsync-relay %'")
+      #expect(terminated.first?[0] == "2")
+      try await waitUntil("both relays reconnect") { a.events("connected").count == 2 && b.events("connected").count == 2 }
+      for (host, title) in [(a, "a2"), (b, "b2")] { try await host.exec(["INSERT INTO note(title) VALUES ('\(title)')"]) }
+      #expect(try await waitForConvergence([a, b], server: server).count == 4)
+
+      let log = try String(contentsOfFile: server.folder + "/server.log", encoding: .utf8).split(separator: "\n")
+      func lines(_ host: String, _ text: String) -> Int {
+        log.filter { $0.hasPrefix("groupsync-relay \(host): ") && $0.contains(text) }.count
+      }
+      let named = "execute \(SharedLog.shipCall.name): SELECT outcome"
+      let unnamed = "execute <unnamed>: SELECT outcome, pos, group_format FROM gs_ship_2"
+      #expect(lines("a", named) >= 2 && lines("a", unnamed) == 0, "\(log.filter { $0.contains("gs_ship_2") })")
+      #expect(lines("b", unnamed) >= 2 && lines("b", "execute gs_") == 0)
+      #expect(log.filter { $0.contains("prepared statement") }.isEmpty, "\(log.filter { $0.contains("prepared statement") })")
+    }
+  }
 }
