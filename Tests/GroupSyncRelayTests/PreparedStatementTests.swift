@@ -95,6 +95,26 @@ import Testing
     }
   }
 
+  /// A batch that committed a part of itself before the loss is not sent
+  /// again: what it committed stays, and would be done twice.
+  @Test func aBatchThatCommittedAPartIsNotSentAgain() async throws {
+    try await PostgresServer.with { server in
+      let connection = try server.connect()
+      try connection.execute("CREATE TABLE done(n bigint)")
+      #expect(try Self.square(4, connection) == 16)
+      try connection.execute("DEALLOCATE ALL")
+      do {
+        _ = try connection.query([
+          .init("BEGIN"), .init("INSERT INTO done VALUES (1)"), .init("COMMIT"), .init(Self.square, [Int64(5)]),
+        ])
+        Issue.record("a statement the server forgot ran")
+      } catch SQLState.invalidSQLStatementName {
+      }
+      #expect(try connection.execute("SELECT count(*) FROM done") == [["1"]])
+      #expect(try Self.square(5, connection) == 25)
+    }
+  }
+
   /// Inside a transaction the loss cannot be undone by sending again: it
   /// is thrown, the transaction rolls back, and the next batch prepares
   /// anew.

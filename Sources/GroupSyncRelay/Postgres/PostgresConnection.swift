@@ -41,6 +41,13 @@ final class PostgresConnection: @unchecked Sendable {
       preparedName = nil
     }
 
+    /// Whether it is a `COMMIT` (or `END`): a batch holding one is never
+    /// sent again, as what came before it stays.
+    var commits: Bool {
+      let head = sql.drop { $0.isWhitespace }.prefix(6).uppercased()
+      return head.hasPrefix("COMMIT") || head.hasPrefix("END")
+    }
+
     /// `prepared`'s SQL, which the session prepares once under its name
     /// (see ``PreparedSQL``).
     init(_ prepared: PreparedSQL, _ parameters: [any PostgresBindable]) {
@@ -234,11 +241,12 @@ final class PostgresConnection: @unchecked Sendable {
         // after time: whatever lies between does not keep them.
         if attempts >= 2 || preparationsLost >= Self.preparationsLostTolerated { preparesStatements = false }
         // Begun outside any transaction, the batch did nothing that stays
-        // (the transaction it opened, if any, rolled back first).
+        // (the transaction it opened, if any, rolled back first), unless
+        // it committed a part of itself.
         let status = PQtransactionStatus(connection)
-        guard standsAlone, status == PQTRANS_IDLE || status == PQTRANS_INERROR, isConnected, attempts <= 2 else {
-          throw error
-        }
+        guard standsAlone, status == PQTRANS_IDLE || status == PQTRANS_INERROR, isConnected, attempts <= 2,
+          !statements.contains(where: \.commits)
+        else { throw error }
         if status == PQTRANS_INERROR { _ = try send([Statement("ROLLBACK")]) }
       }
     }
