@@ -136,6 +136,11 @@ struct RelayCommand: ParsableCommand {
       valueName: "host"))
   var retire: String?
 
+  @Flag(
+    name: .customLong("no-prepared-statements"),
+    help: "Send every statement unnamed, prepared nowhere: for a pooler in transaction mode, which does not keep a session's prepared statements.")
+  var noPreparedStatements = false
+
   /// Tests of rolling upgrades only (``RelayConfiguration/speaksTestingFormat``).
   @Flag(name: .customLong("testing-format"), help: .hidden)
   var testingFormat = false
@@ -195,6 +200,7 @@ struct RelayCommand: ParsableCommand {
     configuration.retention = retention
     configuration.speaksTestingFormat = testingFormat
     configuration.traceFile = trace
+    configuration.preparesStatements = !noPreparedStatements
     do {
       configuration.references = try references.map(RowReference.init(parsing:))
     } catch {

@@ -13,7 +13,9 @@ import Glibc
 /// relay's stop signal, so no call can hang on a silent link and a stop
 /// abandons any call at once. Statements are sent in libpq's pipeline
 /// mode: a batch of them (``run(_:)``) costs one round trip, and a batch
-/// outside `BEGIN` runs in one implicit transaction, all or nothing.
+/// outside `BEGIN` runs in one implicit transaction, all or nothing. The
+/// statements sent with every shipment and apply are prepared once per
+/// session and then only bound (``PreparedSQL``).
 /// Parameters travel apart from the SQL text, in text format
 /// (``PostgresBindable``), rows come back as ``PostgresRows`` to decode
 /// (``PostgresRow``), and every failure becomes a ``RelayError`` naming
@@ -29,10 +31,54 @@ final class PostgresConnection: @unchecked Sendable {
     let sql: String
     /// The parameters as libpq sends them (nil: NULL).
     let parameters: [String?]
+    /// The name the session prepares `sql` under (nil: sent unnamed, so
+    /// parsed and planned on every call).
+    let preparedName: String?
 
     init(_ sql: String, _ parameters: [any PostgresBindable] = []) {
       self.sql = sql
       self.parameters = parameters.map(\.postgresText)
+      preparedName = nil
+    }
+
+    /// Whether it is a `COMMIT` (or `END`): a batch holding one is never
+    /// sent again, as what came before it stays.
+    var commits: Bool {
+      let head = sql.drop { $0.isWhitespace }.prefix(6).uppercased()
+      return head.hasPrefix("COMMIT") || head.hasPrefix("END")
+    }
+
+    /// `prepared`'s SQL, which the session prepares once under its name
+    /// (see ``PreparedSQL``).
+    init(_ prepared: PreparedSQL, _ parameters: [any PostgresBindable]) {
+      sql = prepared.sql
+      self.parameters = parameters.map(\.postgresText)
+      preparedName = prepared.name
+    }
+  }
+
+  /// SQL a session prepares once, under a name, and then only binds and
+  /// runs (`PQsendQueryPrepared`): the server parses and plans its text once
+  /// per session rather than on every call. For the statements sent with
+  /// every shipment and every apply; the text and its parameters are the
+  /// same as unnamed (text parameters, their types from the casts in the
+  /// SQL).
+  struct PreparedSQL: Sendable, Hashable {
+    let sql: String
+    /// `gs_LABEL_HASH`, the hash of `sql` (FNV-1a, 64 bits): one name
+    /// always means one text, also to another relay build whose session
+    /// a pooler hands this one, so a name found prepared is the statement.
+    let name: String
+
+    init(_ label: String, _ sql: String) {
+      self.sql = sql
+      var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+      for byte in sql.utf8 {
+        hash ^= UInt64(byte)
+        hash &*= 0x0000_0100_0000_01b3
+      }
+      let digits = String(hash, radix: 16)
+      name = "gs_\(label)_" + String(repeating: "0", count: 16 - digits.count) + digits
     }
   }
 
@@ -40,13 +86,30 @@ final class PostgresConnection: @unchecked Sendable {
   private let timeouts: RelayTimeouts
   /// Batches sent and answered: each is one round trip.
   private(set) var roundTrips: Int64 = 0
+  /// Whether statements with a prepared name are prepared on this session
+  /// (else they go unnamed). Off from the start for a transport that does
+  /// not keep a session's prepared statements (a pooler in transaction
+  /// mode), and turned off when the server forgets them again right after
+  /// they were prepared anew.
+  private(set) var preparesStatements: Bool
+  /// The names prepared on this session: the server keeps them until it
+  /// ends (a rolled-back transaction does not undo a preparation), and a
+  /// new connection starts with none.
+  private(set) var prepared: Set<String> = []
+  /// How many batches failed because the server had forgotten (or already
+  /// had) what this session thought it had prepared.
+  private(set) var preparationsLost = 0
+  /// The names the last batch prepared, whether or not it failed after.
+  private var preparedByLastBatch: Set<String> = []
   /// Readable once the owner stops: every wait then gives up.
   private let stop: WakePipe?
 
   /// Connects with `conninfo` (libpq's `key=value` string or URI; several
   /// hosts are tried in turn, as libpq does), adding the client-side
   /// timeouts of `timeouts` and `applicationName` where neither the
-  /// conninfo nor libpq's environment sets them.
+  /// conninfo nor libpq's environment sets them. `preparesStatements`
+  /// false sends every statement unnamed (see ``PreparedSQL``): for a
+  /// transport that does not keep a session's prepared statements.
   ///
   /// - Throws: ``RelayError/invalidConfiguration(_:)`` for a conninfo
   ///   libpq cannot parse; ``RelayError/postgres(call:message:sqlState:detail:hint:)``
@@ -55,10 +118,11 @@ final class PostgresConnection: @unchecked Sendable {
   ///   host; ``RelayError/stopped`` when `stop` is rung meanwhile.
   init(
     conninfo: String, timeouts: RelayTimeouts = RelayTimeouts(), applicationName: String? = nil,
-    stop: WakePipe? = nil
+    stop: WakePipe? = nil, preparesStatements: Bool = true
   ) throws {
     self.timeouts = timeouts
     self.stop = stop
+    self.preparesStatements = preparesStatements
     let (parameters, hostCount) = try Self.parameters(conninfo, timeouts: timeouts, applicationName: applicationName)
     let started = Self.withCStringArrays(parameters) { keywords, values in
       PQconnectStartParams(keywords, values, 0)
@@ -143,17 +207,103 @@ final class PostgresConnection: @unchecked Sendable {
   /// one's rows. Outside an explicit transaction they form one implicit
   /// transaction: a failure rolls back every one of them.
   ///
+  /// A statement with a prepared name that this session has not prepared
+  /// yet is prepared in the same pipeline, just before it. When the server
+  /// turns out not to hold what this session prepared (`DEALLOCATE ALL`,
+  /// `DISCARD ALL`, a pooler that gave this client another backend), the
+  /// batch is sent again, preparing anew, if it began outside any
+  /// transaction, so that nothing of it took effect (a transaction it
+  /// opened is rolled back first); and once more unnamed, preparing
+  /// nothing from then on, if the server forgets them again at once. In a
+  /// transaction begun before the batch the error is thrown (that
+  /// transaction is aborted), and the next batch prepares anew.
+  ///
   /// - Throws: the first failing statement's error (the ones after it are
   ///   not run); ``RelayError/timedOut(call:seconds:)`` when the server
   ///   does not answer within the statement timeout plus the dead-link
   ///   time (the connection is then unusable); ``RelayError/stopped``.
   func query(_ statements: [Statement]) throws -> [PostgresRows] {
-    let deadline = ContinuousClock.now + timeouts.statement + timeouts.deadLink
-    for statement in statements {
-      let sent = try Self.withCStrings(statement.parameters) { pointers in
-        PQsendQueryParams(connection, statement.sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
+    var attempts = 0
+    while true {
+      let standsAlone = PQtransactionStatus(connection) == PQTRANS_IDLE
+      let usesPrepared = preparesStatements && statements.contains { $0.preparedName != nil }
+      do {
+        return try send(statements)
+      } catch let error where usesPrepared && Self.forgotPrepared(error) {
+        // The server holds other prepared statements than this session
+        // thinks. Forgotten: it holds at most those the failed batch
+        // prepared (a rollback does not undo them); the others are
+        // prepared anew. One found prepared already, ``send(_:)`` counted.
+        if !Self.duplicatePrepared(error) { prepared = preparedByLastBatch }
+        preparationsLost += 1
+        attempts += 1
+        // Forgotten again right after they were prepared anew, or time
+        // after time: whatever lies between does not keep them.
+        if attempts >= 2 || preparationsLost >= Self.preparationsLostTolerated { preparesStatements = false }
+        // Begun outside any transaction, the batch did nothing that stays
+        // (the transaction it opened, if any, rolled back first), unless
+        // it committed a part of itself.
+        let status = PQtransactionStatus(connection)
+        guard standsAlone, status == PQTRANS_IDLE || status == PQTRANS_INERROR, isConnected, attempts <= 2,
+          !statements.contains(where: \.commits)
+        else { throw error }
+        if status == PQTRANS_INERROR { _ = try send([Statement("ROLLBACK")]) }
       }
-      guard sent == 1 else { throw failure("PQsendQueryParams") }
+    }
+  }
+
+  /// How many times a session may find its prepared statements forgotten
+  /// before it stops preparing any.
+  static let preparationsLostTolerated = 3
+
+  /// `invalid_sql_statement_name` (a prepared statement the server does
+  /// not hold) or `duplicate_prepared_statement` (one it holds already).
+  private static func forgotPrepared(_ error: any Error) -> Bool {
+    switch error {
+    case SQLState.invalidSQLStatementName: true
+    default: duplicatePrepared(error)
+    }
+  }
+
+  private static func duplicatePrepared(_ error: any Error) -> Bool {
+    switch error {
+    case SQLState.duplicatePreparedStatement: true
+    default: false
+    }
+  }
+
+  /// What a pipeline answers, in the order it was sent: a statement, or
+  /// the preparation of one (by name).
+  private enum Answer {
+    case statement
+    case preparation(String)
+  }
+
+  /// ``query(_:)``'s one round trip.
+  private func send(_ statements: [Statement]) throws -> [PostgresRows] {
+    let deadline = ContinuousClock.now + timeouts.statement + timeouts.deadLink
+    var answers: [Answer] = []
+    answers.reserveCapacity(statements.count)
+    var preparing: Set<String> = []
+    preparedByLastBatch = []
+    for statement in statements {
+      let sent: Int32
+      if let name = statement.preparedName, preparesStatements {
+        if !prepared.contains(name), preparing.insert(name).inserted {
+          guard PQsendPrepare(connection, name, statement.sql, 0, nil) == 1 else { throw failure("PQsendPrepare") }
+          answers.append(.preparation(name))
+        }
+        sent = try Self.withCStrings(statement.parameters) { pointers in
+          PQsendQueryPrepared(connection, name, Int32(pointers.count), pointers, nil, nil, 0)
+        }
+        guard sent == 1 else { throw failure("PQsendQueryPrepared") }
+      } else {
+        sent = try Self.withCStrings(statement.parameters) { pointers in
+          PQsendQueryParams(connection, statement.sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
+        }
+        guard sent == 1 else { throw failure("PQsendQueryParams") }
+      }
+      answers.append(.statement)
     }
     guard PQpipelineSync(connection) == 1 else { throw failure("PQpipelineSync") }
     roundTrips += 1
@@ -161,17 +311,27 @@ final class PostgresConnection: @unchecked Sendable {
     var results: [PostgresRows] = []
     results.reserveCapacity(statements.count)
     var firstError: RelayError?
-    for _ in statements {
+    for answer in answers {
       var rows = PostgresRows()
       while let result = try nextResult(until: deadline) {
         defer { PQclear(result) }
         switch PQresultStatus(result) {
         case PGRES_TUPLES_OK: rows = Self.rows(of: result)
-        case PGRES_COMMAND_OK, PGRES_PIPELINE_ABORTED: break
-        default: firstError = firstError ?? serverError(result)
+        case PGRES_COMMAND_OK:
+          if case .preparation(let name) = answer {
+            prepared.insert(name)
+            preparedByLastBatch.insert(name)
+          }
+        case PGRES_PIPELINE_ABORTED: break
+        default:
+          let error = serverError(result)
+          // Prepared already (by this session, or by a pooler's other
+          // client: the name says the text is the same), it is usable.
+          if case .preparation(let name) = answer, Self.duplicatePrepared(error) { prepared.insert(name) }
+          firstError = firstError ?? error
         }
       }
-      results.append(rows)
+      if case .statement = answer { results.append(rows) }
     }
     // The synchronisation point closes the batch; nothing follows it.
     var empty = 0

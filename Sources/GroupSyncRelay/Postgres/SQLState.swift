@@ -34,6 +34,12 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, ExpressibleByStrin
   /// `deadlock_detected`: the server rolled back one of two transactions
   /// that waited for each other.
   public static let deadlockDetected: SQLState = "40P01"
+  /// `invalid_sql_statement_name`: no prepared statement of that name on
+  /// the session (the server forgot what the session prepared).
+  public static let invalidSQLStatementName: SQLState = "26000"
+  /// `duplicate_prepared_statement`: the session holds a prepared
+  /// statement of that name already.
+  public static let duplicatePreparedStatement: SQLState = "42P05"
   /// `insufficient_privilege`: the role lacks a privilege, or a row
   /// breaks a row-level security policy.
   public static let insufficientPrivilege: SQLState = "42501"

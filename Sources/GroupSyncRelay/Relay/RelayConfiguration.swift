@@ -65,6 +65,15 @@ public struct RelayConfiguration: Sendable {
   /// read.
   public var newestFormat: LogFormat?
 
+  /// Whether the relay's session prepares the statements it sends with
+  /// every shipment and apply once, under a name, so that the server
+  /// parses and plans them once per session (the default). Off for a
+  /// transport that does not keep a session's prepared statements from
+  /// one transaction to the next (a pooler in transaction mode): every
+  /// statement then goes unnamed, as before. A session that finds them
+  /// forgotten time after time stops preparing by itself.
+  public var preparesStatements = true
+
   /// Where the relay writes the timestamps of each step of its shipments
   /// and applies (JSON lines, see the Benchmarks article) when it stops;
   /// nil, the default: nothing is stamped.

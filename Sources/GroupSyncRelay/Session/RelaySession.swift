@@ -275,7 +275,8 @@ final class RelaySession: @unchecked Sendable {
     let log = SharedLog(
       try PostgresConnection(
         conninfo: configuration.conninfo, timeouts: configuration.timeouts,
-        applicationName: "groupsync-relay \(configuration.host)", stop: stopSignal))
+        applicationName: "groupsync-relay \(configuration.host)", stop: stopSignal,
+        preparesStatements: configuration.preparesStatements))
     try log.configureSession(timeouts: configuration.timeouts)
     try log.prepareAccess(group: configuration.group, host: configuration.host)
     try log.lockHost(group: configuration.group, host: configuration.host)

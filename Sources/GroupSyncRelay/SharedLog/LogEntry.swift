@@ -29,11 +29,10 @@ struct LogEntry: Codable, Sendable, Equatable {
 
   var rowCount: Int { tables.reduce(0) { $0 + $1.rows.count } }
 
-  /// The body in `format` (format 1: as relays have always written it).
+  /// The body in `format` (format 1: as relays have always written it),
+  /// in one pass (``LogJSON``).
   func encoded(format: LogFormat = .v1) throws -> String {
-    var stored = self
-    if format.reversesValues { stored.reverseValues() }
-    return format.wrap(String(decoding: try JSONEncoder().encode(stored), as: UTF8.self), as: "e")
+    try LogJSON.entry(self, format: format)
   }
 
   /// Decodes an entry's body, in whichever of `formats` it names.
@@ -103,9 +102,7 @@ struct LogEntry: Codable, Sendable, Equatable {
 enum StoredImage {
   /// `values` as `gs_row.data` in `format`.
   static func encode(_ values: [RowValue], format: LogFormat) throws -> String {
-    let json = { (value: [RowValue]) in String(decoding: try JSONEncoder().encode(value), as: UTF8.self) }
-    guard format != .v1 else { return try json(values) }
-    return format.wrap(try json(format.reversesValues ? values.reversed() : values), as: "v")
+    try LogJSON.image(values, format: format)
   }
 
   /// The values `data` holds, in whichever of `formats` it names.

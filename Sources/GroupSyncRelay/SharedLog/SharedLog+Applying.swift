@@ -21,20 +21,24 @@ extension SharedLog {
     let body: String?
   }
 
+  /// ``window(_:from:limit:bodiesAfter:)``'s statement, prepared once per
+  /// session.
+  static let readWindow = PreparedSQL(
+    "window",
+    """
+    SELECT k.seq, k.purged_through, c.seq, c.origin_host, c.origin_seq, c.body
+    FROM gs_clock k LEFT JOIN LATERAL (
+      SELECT seq, origin_host, origin_seq, CASE WHEN seq > $5 THEN body END AS body FROM gs_change
+      WHERE grp = k.grp AND store = k.store AND seq >= $3 ORDER BY seq LIMIT $4) c ON true
+    WHERE k.grp = $1 AND k.store = $2
+    """)
+
   /// In one statement, so one snapshot: the clock row of `replica`'s
   /// store, and at most `limit` entries from position `from` on, with the
   /// bodies of those after `bodiesAfter` (nil when there is no clock row).
   func window(_ replica: Replica, from: Int64, limit: Int, bodiesAfter: Int64) throws -> Window? {
     let rows = try exchange([
-      Statement(
-      """
-      SELECT k.seq, k.purged_through, c.seq, c.origin_host, c.origin_seq, c.body
-      FROM gs_clock k LEFT JOIN LATERAL (
-        SELECT seq, origin_host, origin_seq, CASE WHEN seq > $5 THEN body END AS body FROM gs_change
-        WHERE grp = k.grp AND store = k.store AND seq >= $3 ORDER BY seq LIMIT $4) c ON true
-      WHERE k.grp = $1 AND k.store = $2
-      """,
-      [replica.group, replica.store, from, limit, bodiesAfter]),
+      Statement(Self.readWindow, [replica.group, replica.store, from, limit, bodiesAfter])
     ])[0]
     guard let clock = rows.first, let head = try clock.decode(Int64?.self, at: 0) else { return nil }
     var entries: [StoredEntry] = []
@@ -52,11 +56,12 @@ extension SharedLog {
   /// one, never this host's own truth (that commits with the rows).
   func recordApplied(_ replica: Replica, through position: Int64) {
     deferBookkeeping(
-      Statement(
-        "UPDATE gs_host SET applied_seq = $4, seen_at = now() WHERE grp = $1 AND store = $2 AND host = $3",
-        [replica.group, replica.store, replica.host, position]),
-      for: replica)
+      Statement(Self.updateApplied, [replica.group, replica.store, replica.host, position]), for: replica)
   }
+
+  /// ``recordApplied(_:through:)``'s statement, prepared once per session.
+  static let updateApplied = PreparedSQL(
+    "applied", "UPDATE gs_host SET applied_seq = $4, seen_at = now() WHERE grp = $1 AND store = $2 AND host = $3")
 
   /// The rows' current images of `replica`'s store and the log's head,
   /// read in one read-only snapshot, to re-synchronise from.

@@ -40,24 +40,27 @@ extension SharedLog {
     let conflicts: [(record: ConflictRecord, json: String)]
   }
 
+  /// ``beginShipment(_:targets:)``'s statements, prepared once per session.
+  static let lockShippedPlace = PreparedSQL(
+    "lock_shipped", "SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3 FOR UPDATE")
+  static let lockRows = PreparedSQL(
+    "lock_rows",
+    """
+    SELECT r.tbl, r.gid, r.seq, r.origin_host, r.columns, r.data
+    FROM (SELECT DISTINCT u.tbl, u.gid FROM unnest($3::text[], $4::text[]) AS u(tbl, gid) ORDER BY u.tbl, u.gid) w
+    CROSS JOIN LATERAL (
+      SELECT g.tbl, g.gid, g.seq, g.origin_host, g.columns, g.data FROM gs_row g
+      WHERE g.grp = $1 AND g.store = $2 AND g.tbl = w.tbl AND g.gid = w.gid FOR UPDATE) r
+    """)
+
   /// `BEGIN`, then locks `replica`'s row of `gs_host` and the rows of
   /// `gs_row` named by `targets`, and reads them: one round trip. The
   /// transaction stays open for ``ship(_:_:settled:)`` (or a rollback).
   func beginShipment(_ replica: Replica, targets: [(table: String, gid: String)]) throws -> OpenShipment {
     let results = try connection.query([
       .init("BEGIN"),
-      .init(
-        "SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3 FOR UPDATE",
-        [replica.group, replica.store, replica.host]),
-      .init(
-        """
-        SELECT r.tbl, r.gid, r.seq, r.origin_host, r.columns, r.data
-        FROM (SELECT DISTINCT u.tbl, u.gid FROM unnest($3::text[], $4::text[]) AS u(tbl, gid) ORDER BY u.tbl, u.gid) w
-        CROSS JOIN LATERAL (
-          SELECT g.tbl, g.gid, g.seq, g.origin_host, g.columns, g.data FROM gs_row g
-          WHERE g.grp = $1 AND g.store = $2 AND g.tbl = w.tbl AND g.gid = w.gid FOR UPDATE) r
-        """,
-        [replica.group, replica.store, targets.map(\.table), targets.map(\.gid)]),
+      .init(Self.lockShippedPlace, [replica.group, replica.store, replica.host]),
+      .init(Self.lockRows, [replica.group, replica.store, targets.map(\.table), targets.map(\.gid)]),
     ])
     let rows = try results[2].map { row in
       CurrentRow(row: try StoredRow(row, skipping: 1), host: try row.decode(String.self, at: 3))
@@ -77,6 +80,15 @@ extension SharedLog {
     /// (``beginShipment(_:targets:)``) and ship again, settled.
     case rowsMoved
   }
+
+  /// ``ship(_:_:settled:)``'s call, prepared once per session.
+  static let shipCall = PreparedSQL(
+    "ship_2",
+    """
+    SELECT outcome, pos, group_format FROM gs_ship_2($1, $2, $3, $4::bigint, $5, $6::bigint,
+      $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[],
+      $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::boolean, $19::smallint)
+    """)
 
   /// Ships in one statement, `gs_ship_2`: unless `settled`, it locks this
   /// host's shipped place and the rows the shipment writes, and stops if
@@ -100,11 +112,7 @@ extension SharedLog {
   func ship(_ replica: Replica, _ shipment: Shipment, settled: Bool) throws -> ShipOutcome {
     let conflicts = shipment.conflicts.map(\.record)
     let statement = Statement(
-      """
-      SELECT outcome, pos, group_format FROM gs_ship_2($1, $2, $3, $4::bigint, $5, $6::bigint,
-        $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[],
-        $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::boolean, $19::smallint)
-      """,
+      Self.shipCall,
       [
         replica.group, replica.store, replica.host, shipment.through, shipment.body, shipment.retention,
         shipment.winners.map(\.table), shipment.winners.map(\.gid), shipment.winners.map(\.position),

@@ -65,6 +65,7 @@ final class SharedLog {
   private var deferredSince: ContinuousClock.Instant?
 
   typealias Statement = PostgresConnection.Statement
+  typealias PreparedSQL = PostgresConnection.PreparedSQL
 
   init(_ connection: PostgresConnection) {
     self.connection = connection

@@ -41,7 +41,7 @@ extension Shipper {
         tables: plan.tables.map { shipped($0, plan: plan, format: format) }, conflicts: [],
         notes: plan.notes.isEmpty ? nil : plan.notes)
       let winners = try plan.tables.flatMap { table in
-        let columns = try Self.json(table.columns)
+        let columns = LogJSON.columns(table.columns)
         return try table.rows.map { image in
           SharedLog.Winner(
             table: table.name, gid: image.gid, base: image.base, columns: columns,
@@ -107,8 +107,12 @@ extension Shipper {
 
   /// `value` as JSON text.
   static func json(_ value: some Encodable) throws -> String {
-    String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
+    String(decoding: try encoder.encode(value), as: UTF8.self)
   }
+
+  /// One for every call: `JSONEncoder` is safe to share (its options are
+  /// read under a lock), and making one per call is waste.
+  private static let encoder = JSONEncoder()
 
   /// A row a shipment left out because the log held the same values: its
   /// position and values there.
@@ -132,13 +136,17 @@ extension Shipper {
   func shipped(_ table: TableImage, plan: Plan, format: LogFormat) -> TableImage {
     guard format.mergesByProperty, !table.isSnapshot else { return table }
     var shipped = table
-    for index in shipped.rows.indices {
-      let image = shipped.rows[index]
-      guard image.base > 0, image.values != nil,
-        let base = plan.bases[RowKey(table: table.name, gid: image.gid)]?.values
-      else { continue }
-      shipped.rows[index] = image.changes(from: base, columns: table.columns)
-    }
+    for index in shipped.rows.indices { shipped.rows[index] = changes(shipped.rows[index], of: table, plan: plan) }
     return shipped
+  }
+
+  /// A row of `table` (not shipped whole) as the body carries it in a
+  /// format that merges by property: what changed since its base, where
+  /// this host knows that base.
+  func changes(_ image: RowImage, of table: TableImage, plan: Plan) -> RowImage {
+    guard image.base > 0, image.values != nil,
+      let base = plan.bases[RowKey(table: table.name, gid: image.gid)]?.values
+    else { return image }
+    return image.changes(from: base, columns: table.columns)
   }
 }

@@ -19,15 +19,14 @@ extension Shipper {
     winners: inout [SharedLog.Winner], caughtUp: inout [CaughtUp]
   ) throws -> TableImage {
     let context = self.context
-    let columnsJSON = try Self.json(table.columns)
+    let columnsJSON = LogJSON.columns(table.columns)
     let format = context.writeFormat
     var resolved = table
     resolved.rows = []
     for image in table.rows {
       let key = RowKey(table: table.name, gid: image.gid)
       guard let now = current[key], now.position > image.base else {
-        let body = shipped(TableImage(name: table.name, columns: table.columns, isSnapshot: table.isSnapshot, rows: [image]), plan: plan, format: format)
-        resolved.rows.append(body.rows[0])
+        resolved.rows.append(format.mergesByProperty && !table.isSnapshot ? changes(image, of: table, plan: plan) : image)
         winners.append(
           SharedLog.Winner(
             table: table.name, gid: image.gid, base: image.base, columns: columnsJSON,
