@@ -85,6 +85,11 @@ struct RelayCommand: ParsableCommand {
   @Option(name: .long, help: "Seconds between polls without a wake-up.")
   var pollInterval: Double = 1
 
+  @Option(
+    name: .long,
+    help: "Seconds a shipment waits after the one before, so that a stream of commits ships together (default 0.002).")
+  var batchWindow: Double = 0.002
+
   @Option(name: .long, help: "Seconds of silence after which the link to PostgreSQL is taken for dead (default 6).")
   var deadLinkTimeout: Double?
 
@@ -207,6 +212,8 @@ struct RelayCommand: ParsableCommand {
       throw ValidationError("--reference: \(error)")
     }
     configuration.pollInterval = .milliseconds(Int64(pollInterval * 1000))
+    guard batchWindow >= 0, batchWindow <= 10 else { throw ValidationError("--batch-window: seconds from 0 to 10") }
+    configuration.batchWindow = .microseconds(Int64(batchWindow * 1_000_000))
     if let deadLinkTimeout {
       configuration.timeouts.deadLink = .milliseconds(Int64(deadLinkTimeout * 1000))
     }

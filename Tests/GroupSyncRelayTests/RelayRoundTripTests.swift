@@ -173,4 +173,41 @@ import Testing
       #expect(SharedLog.Hint.parse(unreadable, for: replica) == .init(position: 4, entry: nil), "\(unreadable)")
     }
   }
+
+  /// Commits that follow a shipment within the batch window ship together,
+  /// as one entry: a stream of commits costs one round trip per window,
+  /// not one per commit.
+  @Test func commitsWithinTheBatchWindowShipAsOneEntry() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, server: server)
+      let b = try await GroupHost("b", root: root.path, server: server)
+      a.batchWindow = 2
+      try await a.startRelay()
+      try await b.startRelay()
+      let entries: @Sendable () throws -> Int = {
+        Int(try server.query("SELECT count(*) FROM gs_change WHERE origin_host = 'a'").first?[0] ?? "") ?? -1
+      }
+      // The table's own entry first.
+      try await waitForConvergence([a, b], server: server)
+      let before = try entries()
+      try await a.exec(["INSERT INTO note(title) VALUES ('first')"])
+      try await waitUntil("the first commit shipped") { (try? entries()) == before + 1 }
+      // Four transactions, right after it: within the window.
+      try await a.exec(["INSERT INTO note(title) VALUES ('streamed-' || (SELECT count(*) FROM note))"], repeat: 4)
+      try await waitForConvergence([a, b], server: server)
+      #expect(try entries() == before + 2)
+      #expect(try b.rows("SELECT count(*) FROM note") == ["5"])
+    }
+  }
+
+  /// A batch window out of range is refused, naming it.
+  @Test func aBatchWindowOutOfRangeIsRefused() throws {
+    var configuration = RelayConfiguration(folder: "/nonexistent", conninfo: "host=/nonexistent")
+    configuration.batchWindow = .seconds(-1)
+    #expect(throws: RelayError.self) { try Relay(configuration) }
+    configuration.batchWindow = .seconds(11)
+    let error = try #require(throws: RelayError.self) { try Relay(configuration) }
+    #expect("\(error)".contains("batch window"))
+  }
 }

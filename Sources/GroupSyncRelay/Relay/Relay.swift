@@ -84,6 +84,9 @@ public final class Relay: @unchecked Sendable {
       throw RelayError.invalidConfiguration("retention \(retention): keep at least 1 entry")
     }
     try configuration.timeouts.validate()
+    guard configuration.batchWindow >= .zero, configuration.batchWindow <= .seconds(10) else {
+      throw RelayError.invalidConfiguration("batch window \(configuration.batchWindow): from 0 to 10 seconds")
+    }
     var declared: Set<String> = []
     for reference in configuration.references {
       guard declared.insert("\(reference.table).\(reference.column)".lowercased()).inserted else {

@@ -33,6 +33,13 @@ public struct RelayConfiguration: Sendable {
   /// How often the log and the store are read without a wake-up (NOTIFY
   /// or a local commit); also the first reconnection delay's ceiling.
   public var pollInterval: Duration
+  /// How long after a shipment the next one waits, at least: commits that
+  /// arrive in a stream then ship together, one entry and one round trip
+  /// for many, instead of one each (which costs every relay CPU per entry
+  /// and starves the writers of a busy machine). A commit after a quiet
+  /// spell ships at once. Default 2 ms; zero ships every commit as soon
+  /// as the relay sees it.
+  public var batchWindow: Duration
   /// The longest wait between reconnection attempts (the wait doubles
   /// from 50 ms up to it).
   public var maximumReconnectDelay: Duration
@@ -98,6 +105,7 @@ public struct RelayConfiguration: Sendable {
     merge = MergeRules(policy: .objectTrump)
     retention = nil
     pollInterval = .seconds(1)
+    batchWindow = .milliseconds(2)
     maximumReconnectDelay = .seconds(2)
     timeouts = RelayTimeouts()
     references = []

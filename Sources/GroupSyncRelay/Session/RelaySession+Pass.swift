@@ -104,9 +104,11 @@ extension RelaySession {
       var outcome: PassOutcome?
       try holding(context, log) {
         shipping: while true {
+          waitForBatchWindow()
           switch try Shipper(context: context).ship(log) {
           case .nothing: break shipping
           case .shipped:
+            lastShipment = .now
             context.shippedEntries += 1
             takeGroupFormat(log)
             if isStopping {
@@ -122,6 +124,14 @@ extension RelaySession {
       if let outcome { return outcome }
     }
     return nil
+  }
+
+  /// Waits out what is left of ``RelayConfiguration/batchWindow`` since
+  /// the last shipment: what commits meanwhile ships with the next.
+  private func waitForBatchWindow() {
+    guard let lastShipment else { return }
+    let left = configuration.batchWindow - (ContinuousClock.now - lastShipment)
+    if left > .zero { Thread.sleep(forTimeInterval: left.inSeconds) }
   }
 
   /// Applies what the log holds for every store, and sends this host's

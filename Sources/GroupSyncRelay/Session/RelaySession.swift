@@ -55,6 +55,8 @@ final class RelaySession: @unchecked Sendable {
   /// move up (besides when it connects, and the answer of every shipment).
   static let formatCheckInterval = Duration.seconds(10)
   var lastFormatCheck = ContinuousClock.now
+  /// When the last shipment was sent (``RelayConfiguration/batchWindow``).
+  var lastShipment: ContinuousClock.Instant?
   /// The group's format as last told (``RelayEvent/format(group:writing:)``).
   var knownGroupFormat: LogFormat?
   /// The members whose merge rules differ from this relay's, as last told.

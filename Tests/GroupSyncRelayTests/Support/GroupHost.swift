@@ -82,6 +82,8 @@ final class GroupHost: @unchecked Sendable {
   var metricsInterval = 0.2
   /// Where the relay writes its trace at stop (`--trace`).
   var traceFile: String?
+  /// The relay's `--batch-window`, seconds (nil: its default).
+  var batchWindow: Double?
   /// The relay's `--dead-link-timeout` (nil: its default).
   var deadLinkTimeout: Duration?
   /// Relations declared to the relay (`--reference`).
@@ -139,6 +141,7 @@ final class GroupHost: @unchecked Sendable {
     for reference in references { arguments += ["--reference", reference] }
     if let metricsFile { arguments += ["--metrics-file", metricsFile, "--metrics-interval", String(metricsInterval)] }
     if let traceFile { arguments += ["--trace", traceFile] }
+    if let batchWindow { arguments += ["--batch-window", String(batchWindow)] }
     var environment = ProcessInfo.processInfo.environment
     for (key, value) in extra { environment[key] = value }
     // The current build through `groupsync relay`, as users start it;
