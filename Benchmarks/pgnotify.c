@@ -226,16 +226,23 @@ static void load_ship(PGconn *connection, struct ship *ship) {
   if (!key) die("malloc", NULL);
   snprintf(key, length, "%s\001%s", ship->group, ship->host);
   const char *lock[] = {key};
-  PGresult *result = rows(
-      connection, "SELECT pg_try_advisory_lock(hashtext('groupsync-relay'), hashtext($1))", 1, lock);
-  if (strcmp(PQgetvalue(result, 0, 0), "t") != 0) {
+  // A relay stopped just now may still hold it for a moment: its backend
+  // ends after its client went away. Up to 10 s.
+  for (int tries = 0;; tries++) {
+    PGresult *result = rows(
+        connection, "SELECT pg_try_advisory_lock(hashtext('groupsync-relay'), hashtext($1))", 1, lock);
+    int taken = strcmp(PQgetvalue(result, 0, 0), "t") == 0;
     PQclear(result);
-    PQfinish(connection);
-    fprintf(stderr, "pgnotify: a relay for host '%s' of group '%s' is running (it holds its "
-                    "advisory lock): stop it first\n", ship->host, ship->group);
-    exit(2);
+    if (taken) break;
+    if (tries == 200) {
+      PQfinish(connection);
+      fprintf(stderr, "pgnotify: a relay for host '%s' of group '%s' is running (it holds its "
+                      "advisory lock): stop it first\n", ship->host, ship->group);
+      exit(2);
+    }
+    usleep(50000);
   }
-  PQclear(result);
+  PGresult *result;
   free(key);
 
   const char *keys[] = {ship->group, ship->store, ship->host};
