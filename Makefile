@@ -317,7 +317,7 @@ pg-start:
 
 # Without a PostgreSQL server (no root, no apt), `make bench` runs the rest
 # and notes that the peers phase was skipped.
-bench: deps bench-tools ## Benchmarks vs the floor, PostgreSQL NOTIFY, two hosts through relays, polling, raw SQLite and plain GRDB (< 13 min): bench/results.json
+bench: deps bench-tools ## Benchmarks vs the floor, PostgreSQL NOTIFY, two hosts through relays, polling, raw SQLite and plain GRDB (8-10 min here, < 20): bench/results.json
 	cc -O2 -Wall -Wextra -shared -fPIC -o bench/out/vgshim.so Benchmarks/vgshim.c
 	@if Benchmarks/postgres.sh start $(PG_FOLDER) $(PG_PORT) && $(PGNOTIFY_CC); then \
 	  set -- --pgnotify bench/out/pgnotify --postgres-conninfo "$(PG_CONNINFO)"; \
