@@ -115,6 +115,10 @@ extension RelaySession {
               outcome = .done
               break shipping
             }
+            // Commits made while this one shipped rang meanwhile: they ship
+            // next, after the window. None rang: nothing to look for (a
+            // commit that rings later starts a pass of its own).
+            guard localCommits.take() else { break shipping }
           case .recover(let reason):
             outcome = .recover(reason)
             break shipping
