@@ -45,9 +45,12 @@ struct RelayCaptureTests {
       try await a.exec(["INSERT INTO note(title, body) VALUES ('t1', 'one'), ('t2', 'two')"])
       try await waitForConvergence([a, b], server: server)
       try await Executables.onThread { try watches[1].waitForLines(1, timeout: 30) }
-      // A few of the listeners' store checks (one a second) pass after the
-      // relays' last commits: a commit without a change set that was not
-      // counted as quiet would make them reset.
+      // What this waits for is nothing happening: a few of the listeners'
+      // store checks (one a second, on their rescan tick) pass after the
+      // relays' last commits, and a commit without a change set that was
+      // not counted as quiet would make them reset. No event tells that a
+      // check ran, and a foreign commit as a marker would fold into the
+      // same check's reset: the time is what is tested.
       try await Task.sleep(for: .seconds(3))
       let outputs = watches.map { watch in
         watch.signal(SIGTERM)
