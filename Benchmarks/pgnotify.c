@@ -218,6 +218,19 @@ static char *array1(const char *element) {
   return text;
 }
 
+// The one row `sql` answers for the group, store and host in `keys`, or
+// the program ends saying `why`.
+static PGresult *one_row(PGconn *connection, const char *sql, const char *const keys[3], const char *why) {
+  PGresult *result = rows(connection, sql, 3, keys);
+  if (PQntuples(result) != 1) {
+    PQclear(result);
+    PQfinish(connection);
+    fprintf(stderr, "pgnotify: %s\n", why);
+    exit(2);
+  }
+  return result;
+}
+
 // Takes the relay's advisory lock for the host (SharedLog.lockHost), held
 // until the writer's session ends, and reads what the run ships.
 static void load_ship(PGconn *connection, struct ship *ship) {
@@ -246,34 +259,25 @@ static void load_ship(PGconn *connection, struct ship *ship) {
   free(key);
 
   const char *keys[] = {ship->group, ship->store, ship->host};
-  result = rows(connection,
-                "SELECT k.seq, h.shipped_seq FROM gs_clock k JOIN gs_host h ON h.grp = k.grp "
-                "AND h.store = k.store WHERE k.grp = $1 AND k.store = $2 AND h.host = $3",
-                3, keys);
-  if (PQntuples(result) != 1) {
-    PQclear(result);
-    PQfinish(connection);
-    fprintf(stderr, "pgnotify: the server has no store '%s' of group '%s' with host '%s' (gs_clock, "
-                    "gs_host): run a relay for the host once first\n", ship->store, ship->group, ship->host);
-    exit(2);
-  }
+  char why[1024];
+  snprintf(why, sizeof why, "the server has no store '%s' of group '%s' with host '%s' (gs_clock, "
+           "gs_host): run a relay for the host once first", ship->store, ship->group, ship->host);
+  result = one_row(connection,
+                   "SELECT k.seq, h.shipped_seq FROM gs_clock k JOIN gs_host h ON h.grp = k.grp "
+                   "AND h.store = k.store WHERE k.grp = $1 AND k.store = $2 AND h.host = $3",
+                   keys, why);
   ship->head = atoll(PQgetvalue(result, 0, 0));
   ship->shipped = atoll(PQgetvalue(result, 0, 1));
   PQclear(result);
 
-  result = rows(connection,
-                "SELECT c.body, c.format, min(r.tbl), min(r.gid), min(r.columns), min(r.data) "
-                "FROM gs_change c JOIN gs_row r ON r.grp = c.grp AND r.store = c.store AND r.seq = c.seq "
-                "WHERE c.grp = $1 AND c.store = $2 AND c.origin_host = $3 AND r.data IS NOT NULL "
-                "GROUP BY c.seq, c.body, c.format HAVING count(*) = 1 ORDER BY c.seq DESC LIMIT 1",
-                3, keys);
-  if (PQntuples(result) != 1) {
-    PQclear(result);
-    PQfinish(connection);
-    fprintf(stderr, "pgnotify: host '%s' shipped no one-row entry to store '%s' of group '%s': "
-                    "run its relay once on a store with one row first\n", ship->host, ship->store, ship->group);
-    exit(2);
-  }
+  snprintf(why, sizeof why, "host '%s' shipped no one-row entry to store '%s' of group '%s': "
+           "run its relay once on a store with one row first", ship->host, ship->store, ship->group);
+  result = one_row(connection,
+                   "SELECT c.body, c.format, min(r.tbl), min(r.gid), min(r.columns), min(r.data) "
+                   "FROM gs_change c JOIN gs_row r ON r.grp = c.grp AND r.store = c.store AND r.seq = c.seq "
+                   "WHERE c.grp = $1 AND c.store = $2 AND c.origin_host = $3 AND r.data IS NOT NULL "
+                   "GROUP BY c.seq, c.body, c.format HAVING count(*) = 1 ORDER BY c.seq DESC LIMIT 1",
+                   keys, why);
   ship->body = copy(PQgetvalue(result, 0, 0));
   ship->format = copy(PQgetvalue(result, 0, 1));
   ship->table = copy(PQgetvalue(result, 0, 2));
