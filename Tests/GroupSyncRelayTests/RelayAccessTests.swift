@@ -44,7 +44,7 @@ struct RelayAccessTests {
   }
 
   /// A shipment of one row image, `through` the local sequence given.
-  private static func shipment(_ through: Int64, gid: String, retention: Int64? = nil) -> SharedLog.Shipment {
+  static func shipment(_ through: Int64, gid: String, retention: Int64? = nil) -> SharedLog.Shipment {
     SharedLog.Shipment(
       through: through, body: "{\"entry\":\(through)}", format: .v1, retention: retention,
       winners: [.init(table: "note", gid: gid, base: 0, columns: "[\"title\"]", data: "[\"t\"]")], conflicts: [])
