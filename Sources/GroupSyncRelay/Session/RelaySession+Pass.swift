@@ -157,13 +157,17 @@ extension RelaySession {
         var stopped = false
         try holding(context, log) {
           while try Applier(context: context).apply(log) {
-            if isStopping {
-              stopped = true
+            if isStopping || context.placesInDoubt {
+              stopped = isStopping
               return
             }
           }
         }
         if stopped { return .done }
+        if context.placesInDoubt {
+          context.placesInDoubt = false
+          return .recover(.logDiverged(store: context.storeName, reason: context.divergence ?? "the log diverged"))
+        }
       } catch where Self.isLocal(error) {
         refused = refused ?? error
       }

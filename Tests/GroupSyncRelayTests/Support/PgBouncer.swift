@@ -24,8 +24,16 @@ final class PgBouncer: @unchecked Sendable {
   static func with<T>(
     _ server: PostgresServer, poolSize: Int = 4, maxClients: Int = 200, _ body: (PgBouncer) async throws -> T
   ) async throws -> T {
+    try await with(host: server.folder, port: server.port, poolSize: poolSize, maxClients: maxClients, body)
+  }
+
+  /// Runs `body` with a PgBouncer in front of the server on the socket
+  /// folder `host` and `port`, stopped whatever happens.
+  static func with<T>(
+    host: String, port: Int, poolSize: Int = 4, maxClients: Int = 200, _ body: (PgBouncer) async throws -> T
+  ) async throws -> T {
     let bouncer = try await Executables.onThread {
-      try PgBouncer(server: server, poolSize: poolSize, maxClients: maxClients)
+      try PgBouncer(host: host, port: port, poolSize: poolSize, maxClients: maxClients)
     }
     do {
       let result = try await body(bouncer)
@@ -37,32 +45,19 @@ final class PgBouncer: @unchecked Sendable {
     }
   }
 
-  private init(server: PostgresServer, poolSize: Int, maxClients: Int) throws {
+  private let poolSize: Int
+  private let maxClients: Int
+
+  private init(host: String, port: Int, poolSize: Int, maxClients: Int) throws {
+    self.poolSize = poolSize
+    self.maxClients = maxClients
     guard FileManager.default.isExecutableFile(atPath: "/usr/sbin/pgbouncer") else {
       throw RelayTestFailure("no /usr/sbin/pgbouncer (make test installs pgbouncer)")
     }
     folder = ScratchFolder.unique("gs-pgb")
     try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
     if getuid() == 0 { try PostgresServer.run("/bin/chown", ["postgres", folder]) }
-    // idle_transaction_timeout: what the relay's session setting does
-    // without a pooler (a host cut off mid-shipment holds no row long).
-    let configuration = """
-      [databases]
-      postgres = host=\(server.folder) port=\(server.port) dbname=postgres user=postgres
-      [pgbouncer]
-      listen_addr =
-      listen_port = \(Self.port)
-      unix_socket_dir = \(folder)
-      auth_type = any
-      pool_mode = transaction
-      default_pool_size = \(poolSize)
-      max_client_conn = \(maxClients)
-      idle_transaction_timeout = 10
-      ignore_startup_parameters = extra_float_digits,options
-      logfile = \(folder)/pgbouncer.log
-      pidfile = \(folder)/pgbouncer.pid
-      """
-    try configuration.write(toFile: "\(folder)/pgbouncer.ini", atomically: true, encoding: .utf8)
+    try writeConfiguration(host: host, port: port)
     let arguments = ["-d", "\(folder)/pgbouncer.ini"]
     if getuid() == 0 {
       try PostgresServer.run("/usr/sbin/runuser", ["-u", "postgres", "--", "/usr/sbin/pgbouncer"] + arguments)
@@ -87,12 +82,43 @@ final class PgBouncer: @unchecked Sendable {
     }
   }
 
+  /// Points the pooler at another server (a failover, which the clients
+  /// do not see: their connections to the pooler stay) and reloads it.
+  func retarget(host: String, port: Int) throws {
+    try writeConfiguration(host: host, port: port)
+    guard let pid else { throw RelayTestFailure("PgBouncer has no pid file") }
+    kill(pid, SIGHUP)
+  }
+
+  // idle_transaction_timeout: what the relay's session setting does
+  // without a pooler (a host cut off mid-shipment holds no row long).
+  private func writeConfiguration(host: String, port: Int) throws {
+    let configuration = """
+      [databases]
+      postgres = host=\(host) port=\(port) dbname=postgres user=postgres
+      [pgbouncer]
+      listen_addr =
+      listen_port = \(Self.port)
+      unix_socket_dir = \(folder)
+      auth_type = any
+      pool_mode = transaction
+      default_pool_size = \(poolSize)
+      max_client_conn = \(maxClients)
+      idle_transaction_timeout = 10
+      ignore_startup_parameters = extra_float_digits,options
+      logfile = \(folder)/pgbouncer.log
+      pidfile = \(folder)/pgbouncer.pid
+      """
+    try configuration.write(toFile: "\(folder)/pgbouncer.ini", atomically: true, encoding: .utf8)
+  }
+
+  private var pid: Int32? {
+    (try? String(contentsOfFile: "\(folder)/pgbouncer.pid", encoding: .utf8))
+      .flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+  }
+
   private func destroy() {
-    if let pid = (try? String(contentsOfFile: "\(folder)/pgbouncer.pid", encoding: .utf8))
-      .flatMap({ Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) })
-    {
-      kill(pid, SIGKILL)
-    }
+    if let pid { kill(pid, SIGKILL) }
     try? FileManager.default.removeItem(atPath: folder)
   }
 }
