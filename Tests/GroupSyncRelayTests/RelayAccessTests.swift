@@ -268,6 +268,30 @@ struct RelayAccessTests {
     }
   }
 
+  /// The server refuses the host's role a session (its connection limit):
+  /// the relay names the limit and what to do in `groupsync status`, backs
+  /// off without giving up, and once the limit is raised connects and
+  /// ships what was committed meanwhile.
+  @Test func aRoleOverItsConnectionLimitIsToldAndRetried() async throws {
+    try await PostgresServer.with { server in
+      try await Self.setUp(server, group: "app", ["web-1"])
+      _ = try server.query("ALTER ROLE \"web-1\" CONNECTION LIMIT 0")
+      let root = try HostsFolder()
+      let host = try await GroupHost("web-1", root: root.path, conninfo: Self.conninfo(server, as: "web-1"))
+      try await host.exec(["INSERT INTO note(title) VALUES ('waited')"])
+      try await host.startRelay(waitConnected: false)
+      try await waitUntil("the refusal is told") {
+        host.relayStatus()?.lastError?.contains("the role has as many connections as it may") == true
+      }
+      let status = try await Executables.groupsync(["status", host.folder])
+      #expect(status.contains("ALTER ROLE … CONNECTION LIMIT") && status.contains("--transport poll"), "\(status)")
+      #expect(host.events("failed").isEmpty)
+      _ = try server.query("ALTER ROLE \"web-1\" CONNECTION LIMIT -1")
+      try await waitUntil("the relay connects and ships") { host.events("shipped").count >= 1 }
+      #expect(try server.query("SELECT count(*) FROM gs_change WHERE grp = 'app'") == [["1"]])
+    }
+  }
+
   /// Starts `host`'s relay and waits for it to give up; returns what it
   /// printed on stderr.
   private static func relayGivesUp(_ host: GroupHost) async throws -> String {
