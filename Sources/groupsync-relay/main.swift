@@ -294,11 +294,11 @@ struct RelayCommand: ParsableCommand {
       throw ExitCode.failure
     }
     print("group \(state.group): log format \(state.format)")
-    let header = ["HOST", "VERSION", "READS", "ANNOUNCED", "SEEN", "HOLDS", "STATE"]
+    let header = ["HOST", "VERSION", "READS", "ANNOUNCED", "SEEN", "HOLDS", "TRANSPORT", "STATE"]
     let rows = state.members.map { member in
       [member.host, member.version ?? "1 (announces nothing)", member.reads.map(String.init).joined(separator: ","),
        member.announcedAt ?? "-", member.seenAt ?? "-", member.holds.isEmpty ? "-" : member.holds.joined(separator: " "),
-       member.retired ? "retired" : "member"]
+       member.transport ?? "notify", member.retired ? "retired" : "member"]
     }
     let widths = header.indices.map { column in ([header] + rows).map { $0[column].count }.max() ?? 0 }
     for row in [header] + rows {

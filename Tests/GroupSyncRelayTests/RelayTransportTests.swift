@@ -39,6 +39,11 @@ struct RelayTransportTests {
         let status = try await Executables.groupsync(["status", a.folder])
         #expect(status.contains("transport: poll, every 0.05 s"), "\(status)")
         #expect(b.relayStatus()?.transport == "notify")
+        let fleet = try await Executables.groupsync(["relay", "--fleet", "--group", "app", "--postgres", server.conninfo])
+        for (name, transport) in [("a", "poll"), ("b", "notify"), ("c", "poll")] {
+          let line = fleet.split(separator: "\n").first { $0.hasPrefix(name + " ") } ?? ""
+          #expect(line.split(separator: " ").suffix(2) == [Substring(transport), "member"], "\(fleet)")
+        }
         for host in [a, b, c] {
           #expect(host.events("error").isEmpty && host.events("failed").isEmpty, "\(host.name): \(host.events("error"))")
         }

@@ -23,6 +23,9 @@ public struct GroupFleet: Sendable, Equatable, Codable {
     public var holds: [String]
     /// Whether an administrator retired it.
     public var retired: Bool
+    /// The transport it announced (``RelayTransport``; nil: a relay before
+    /// version 4, which notifies).
+    public var transport: String?
   }
 
   public var group: String

@@ -114,7 +114,8 @@ extension SharedLog {
         """
         SELECT coalesce(p.host, h.host), p.version, coalesce(array_to_string(p.reads, ','), '1'),
           to_char(p.announced_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
-          to_char(h.seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), h.holds, p.retired_at IS NOT NULL
+          to_char(h.seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), h.holds, p.retired_at IS NOT NULL,
+          to_jsonb(p) ->> 'transport'
         FROM (SELECT * FROM gs_peer WHERE grp = $1) p
         FULL JOIN (
           SELECT host, max(seen_at) AS seen_at,
@@ -129,7 +130,7 @@ extension SharedLog {
         reads: (try row.decode(String?.self, at: 2) ?? "1").split(separator: ",").compactMap { Int($0) },
         announcedAt: try row.decode(String?.self, at: 3), seenAt: try row.decode(String?.self, at: 4),
         holds: (try row.decode(String?.self, at: 5) ?? "").split(separator: ",").map(String.init),
-        retired: try row.decode(Bool.self, at: 6))
+        retired: try row.decode(Bool.self, at: 6), transport: try row.decode(String?.self, at: 7))
     }
     return GroupFleet(group: group, format: try results[0].first?.decode(Int?.self, at: 0) ?? 1, members: members)
   }
