@@ -308,27 +308,48 @@ extension BenchRunner {
       })
   }
 
-  /// utime + stime of the PostgreSQL server behind `conninfo` (a unix
-  /// socket folder: its `.s.PGSQL.PORT.lock` names the postmaster): the
-  /// postmaster with the children it reaped, and its live children.
-  static func serverCPUTicks(_ conninfo: String) -> Int64? {
+  /// The PID of the PostgreSQL server behind `conninfo` (a unix socket
+  /// folder: its `.s.PGSQL.PORT.lock` names the postmaster).
+  static func serverPostmaster(_ conninfo: String) -> Int32? {
     var settings: [String: String] = [:]
     for pair in conninfo.split(separator: " ") {
       let parts = pair.split(separator: "=", maxSplits: 1)
       if parts.count == 2 { settings[String(parts[0])] = String(parts[1]) }
     }
     guard let host = settings["host"], host.hasPrefix("/"),
-      let lock = BenchProc.read("\(host)/.s.PGSQL.\(settings["port"] ?? "5432").lock"),
-      let postmaster = lock.split(separator: "\n").first.flatMap({ Int32($0.trimmingCharacters(in: .whitespaces)) }),
-      let own = statFields(postmaster)
+      let lock = BenchProc.read("\(host)/.s.PGSQL.\(settings["port"] ?? "5432").lock")
     else { return nil }
+    return lock.split(separator: "\n").first.flatMap { Int32($0.trimmingCharacters(in: .whitespaces)) }
+  }
+
+  /// The postmaster's live children.
+  private static func serverChildren(_ postmaster: Int32) -> [Int32] {
+    ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap { name in
+      guard let pid = Int32(name), let fields = statFields(pid), fields[1] == Int64(postmaster) else { return nil }
+      return pid
+    }
+  }
+
+  /// utime + stime of the PostgreSQL server behind `conninfo`: the
+  /// postmaster with the children it reaped, and its live children.
+  static func serverCPUTicks(_ conninfo: String) -> Int64? {
+    guard let postmaster = serverPostmaster(conninfo), let own = statFields(postmaster) else { return nil }
     // utime, stime, cutime, cstime: fields 14-17.
     var total = own[11] + own[12] + own[13] + own[14]
-    for name in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
-      guard let pid = Int32(name), let fields = statFields(pid), fields[1] == Int64(postmaster) else { continue }
-      total += fields[11] + fields[12]
+    for pid in serverChildren(postmaster) {
+      if let fields = statFields(pid) { total += fields[11] + fields[12] }
     }
     return total
+  }
+
+  /// The exact CPU time (schedstat) of the server's postmaster and live
+  /// children, ns: children that exited meanwhile (a psql's session) are
+  /// not counted; for windows where the same sessions live throughout.
+  static func serverCPUNanoseconds(_ conninfo: String) -> Int64? {
+    guard let postmaster = serverPostmaster(conninfo), let own = BenchProc.cpuNanoseconds(pid: postmaster) else {
+      return nil
+    }
+    return serverChildren(postmaster).reduce(own) { $0 + (BenchProc.cpuNanoseconds(pid: $1) ?? 0) }
   }
 
   /// The numeric fields of /proc/PID/stat after the command (state as 0):

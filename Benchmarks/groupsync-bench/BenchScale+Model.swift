@@ -154,7 +154,10 @@ struct BenchScaleModel: Codable {
     let sxx = points.reduce(0) { $0 + ($1.0 - mx) * ($1.0 - mx) }
     let sxy = points.reduce(0) { $0 + ($1.0 - mx) * ($1.1 - my) }
     let slope = sxx > 0 ? sxy / sxx : 0
-    return (my - slope * mx, slope)
+    // Noise can tilt a flat cost below zero: then no per-host term.
+    if slope < 0 { return (my, 0) }
+    let fixed = my - slope * mx
+    return fixed < 0 ? (0, my / mx) : (fixed, slope)
   }
 
   private static func mean(_ values: [Double]) -> Double? {

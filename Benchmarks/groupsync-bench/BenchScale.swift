@@ -24,8 +24,9 @@ struct BenchScaleResult: Codable {
     var latency: BenchStats
     /// The latency run (one commit per entry): relays' and server's CPU.
     var sparse: BenchFleetResult.Cost
-    /// The server's CPU per shipped entry, µs: all of it over the latency
-    /// run, and net of what it spends idle (idle rate × the run's seconds).
+    /// The server's CPU per shipped entry, µs (schedstat: the postmaster
+    /// and its live children): all of it over the latency run, and net of
+    /// what it spends idle (idle rate × the run's seconds).
     var serverCPUPerShipment: Double?
     var serverCPUPerShipmentNet: Double?
     /// PgBouncer's CPU per shipped entry, µs, net of its idle rate (poll).
@@ -209,41 +210,49 @@ extension BenchRunner {
     let jitter = transport == "poll" ? Int(settings.pollInterval * 1000) : 20
     var before: FleetSnapshot?
     var poolerBefore: Int64?
+    var serverBefore: Int64?
     let latencies: [Int64]
     do {
       latencies = try fleet.lastHostLatencies(
         samples: settings.samples, warmUps: settings.warmUps, timeout: 30, gap: { _ in 5 + Int.random(in: 0...jitter) },
         measuring: {
           before = fleetSnapshot(relays, folders: folders, hosts: hosts)
-          poolerBefore = pooler?.cpuTicks()
+          poolerBefore = pooler?.cpuNanoseconds()
+          serverBefore = Self.serverCPUNanoseconds(conninfo)
         })
     } catch { throw BenchError("\(transport), \(hosts) hosts, fsync \(fsync ? "on" : "off"): \(error)") }
     let after = fleetSnapshot(relays, folders: folders, hosts: hosts)
-    let poolerAfter = pooler?.cpuTicks()
+    let poolerAfter = pooler?.cpuNanoseconds()
+    let serverAfter = Self.serverCPUNanoseconds(conninfo)
     var sparse = fleetCost(from: before!, to: after)
     sparse.addShipperAndAppliers(from: before!, to: after)
 
     // Idle: nobody writes for a while.
     let idleBefore = fleetSnapshot(relays, folders: folders, hosts: hosts)
-    let idlePoolerBefore = pooler?.cpuTicks()
+    let idlePoolerBefore = pooler?.cpuNanoseconds()
+    let idleServerBefore = Self.serverCPUNanoseconds(conninfo)
     BenchClock.sleep(milliseconds: Int(settings.idleSeconds * 1000))
     let idleAfter = fleetSnapshot(relays, folders: folders, hosts: hosts)
-    let idlePoolerAfter = pooler?.cpuTicks()
+    let idlePoolerAfter = pooler?.cpuNanoseconds()
+    let idleServerAfter = Self.serverCPUNanoseconds(conninfo)
     let idle = fleetCost(from: idleBefore, to: idleAfter)
-    let serverIdlePerSecond = idle.serverCPUMicros.map { $0 / idle.seconds }
+    // The server's and the pooler's CPU exactly (schedstat, ns), µs.
+    func micros(_ before: Int64?, _ after: Int64?) -> Double? {
+      guard let before, let after else { return nil }
+      return Double(after - before) / 1000
+    }
+    let serverIdlePerSecond = micros(idleServerBefore, idleServerAfter).map { $0 / idle.seconds }
+    let sparseServer = micros(serverBefore, serverAfter)
     let relayIdlePerHost = idle.relayCPUMicros / idle.seconds / Double(hosts)
     var poolerIdlePerSecond: Double?
-    if let b = idlePoolerBefore, let a = idlePoolerAfter { poolerIdlePerSecond = Double(a - b) * 10_000 / idle.seconds }
+    if let idlePooler = micros(idlePoolerBefore, idlePoolerAfter) { poolerIdlePerSecond = idlePooler / idle.seconds }
 
     let shipped = Double(sparse.shippedEntries)
     func net(_ total: Double?, idlePerSecond: Double?) -> Double? {
       guard let total, let idlePerSecond, shipped > 0 else { return nil }
       return (total - idlePerSecond * sparse.seconds) / shipped
     }
-    var poolerNet: Double?
-    if let b = poolerBefore, let a = poolerAfter {
-      poolerNet = net(Double(a - b) * 10_000, idlePerSecond: poolerIdlePerSecond)
-    }
+    let poolerNet = net(micros(poolerBefore, poolerAfter), idlePerSecond: poolerIdlePerSecond)
     // Another relay's CPU per entry applied, net of its idle rate.
     var applierNet: Double?
     let others = 1..<hosts
@@ -263,8 +272,8 @@ extension BenchRunner {
       transport: transport, hosts: hosts, fsync: fsync,
       pollIntervalSeconds: transport == "poll" ? settings.pollInterval : nil,
       latency: BenchStats(nanoseconds: latencies), sparse: sparse,
-      serverCPUPerShipment: sparse.serverCPUPerShippedEntry,
-      serverCPUPerShipmentNet: net(sparse.serverCPUMicros, idlePerSecond: serverIdlePerSecond),
+      serverCPUPerShipment: sparseServer.flatMap { shipped > 0 ? $0 / shipped : nil },
+      serverCPUPerShipmentNet: net(sparseServer, idlePerSecond: serverIdlePerSecond),
       poolerCPUPerShipmentNet: poolerNet, idleSeconds: idle.seconds, serverIdleCPUPerSecond: serverIdlePerSecond,
       serverIdleCPUPerHostPerSecond: serverIdlePerSecond.map { $0 / Double(hosts) },
       relayIdleCPUPerHostPerSecond: relayIdlePerHost, poolerIdleCPUPerSecond: poolerIdlePerSecond,
@@ -351,8 +360,10 @@ final class ScaleLimits {
   }
 
   private static func sysctl(_ value: Int) -> Bool {
-    FileManager.default.createFile(atPath: inotifyPath, contents: Data("\(value)\n".utf8))
-      && BenchProc.read(inotifyPath)?.trimmingCharacters(in: .whitespacesAndNewlines) == String(value)
+    guard let file = FileHandle(forWritingAtPath: inotifyPath) else { return false }
+    defer { try? file.close() }
+    guard (try? file.write(contentsOf: Data("\(value)\n".utf8))) != nil else { return false }
+    return BenchProc.read(inotifyPath)?.trimmingCharacters(in: .whitespacesAndNewlines) == String(value)
   }
 
   /// `pg_ctl restart` of the server behind `conninfo`, as its owner,
@@ -413,11 +424,12 @@ struct ScalePooler {
     _ = try? ChildProcess.run("/bin/sh", [script, "stop", folder], timeout: 60)
   }
 
-  func cpuTicks() -> Int64? {
+  /// PgBouncer's CPU time (one process), ns.
+  func cpuNanoseconds() -> Int64? {
     guard let text = BenchProc.read(folder + "/pgbouncer.pid"),
       let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines))
     else { return nil }
-    return BenchProc.cpuTicks(pid: pid)
+    return BenchProc.cpuNanoseconds(pid: pid)
   }
 
   /// The pool of the database `postgres`: clients (active + waiting) and
