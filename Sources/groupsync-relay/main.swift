@@ -82,8 +82,24 @@ struct RelayCommand: ParsableCommand {
   @Option(name: .long, help: "Log entries kept per store (older ones purged; default: all).")
   var retention: Int64?
 
-  @Option(name: .long, help: "Seconds between polls without a wake-up.")
-  var pollInterval: Double = 1
+  @Option(
+    name: .long,
+    help: ArgumentHelp(
+      "How this relay learns that another host shipped: notify (a session of its own, LISTENing on the group's "
+        + "channel; the default) or poll (reads the log every --poll-interval; works through a pooler in "
+        + "transaction mode such as PgBouncer). Hosts of one group may differ.",
+      valueName: "notify|poll"))
+  var transport: String = "notify"
+
+  @Option(
+    name: .long,
+    help: "Seconds between reads of the log: with --transport poll, always (default 0.1); with notify, after a quiet spell (default 1).")
+  var pollInterval: Double?
+
+  @Option(
+    name: .long,
+    help: "With --transport poll: seconds the host's lease on the server lasts unrenewed (default 10); another relay of the host takes over that long after this one went silent.")
+  var leaseDuration: Double = 10
 
   @Option(
     name: .long,
@@ -211,7 +227,17 @@ struct RelayCommand: ParsableCommand {
     } catch {
       throw ValidationError("--reference: \(error)")
     }
-    configuration.pollInterval = .milliseconds(Int64(pollInterval * 1000))
+    guard let transport = RelayTransport(rawValue: transport) else {
+      throw ValidationError("--transport \(transport): notify or poll")
+    }
+    configuration.transport = transport
+    let pollInterval = pollInterval ?? (transport == .poll ? 0.1 : 1)
+    guard pollInterval >= 0.001, pollInterval <= 3600 else { throw ValidationError("--poll-interval: seconds from 0.001 to 3600") }
+    configuration.pollInterval = .microseconds(Int64(pollInterval * 1_000_000))
+    guard leaseDuration.isFinite, leaseDuration >= 1, leaseDuration <= 3600 else {
+      throw ValidationError("--lease-duration: seconds from 1 to 3600")
+    }
+    configuration.leaseDuration = .milliseconds(Int64(leaseDuration * 1000))
     guard batchWindow >= 0, batchWindow <= 10 else { throw ValidationError("--batch-window: seconds from 0 to 10") }
     configuration.batchWindow = .microseconds(Int64(batchWindow * 1_000_000))
     if let deadLinkTimeout {
@@ -241,7 +267,7 @@ struct RelayCommand: ParsableCommand {
       try relay.start()
       metrics?.start()
       FileHandle.standardError.write(
-        Data("groupsync-relay: host \(configuration.host), group \(configuration.group), relaying \(configuration.stores.joined(separator: ", "))\n".utf8))
+        Data("groupsync-relay: host \(configuration.host), group \(configuration.group), relaying \(configuration.stores.joined(separator: ", ")), transport \(configuration.transport)\n".utf8))
       var received: Int32 = 0
       sigwait(&signals, &received)
       relay.stop()

@@ -108,29 +108,50 @@ struct RelayAccessTests {
     try await PostgresServer.with { server in
       try await Self.setUp(server, group: "shop", ["web-1", "web-2"])
       try await Self.setUp(server, group: "other", ["other-1"])
-      // A member of another group ships an entry there, and listens.
+      // A member of another group ships an entry there, and listens on
+      // its own group's channel and on the legacy one.
       let other = try Self.log(server, as: "other-1")
       try other.prepareAccess(group: "other", host: "other-1")
-      try other.listen()
+      let rules = MergeRules(policy: .objectTrump).fingerprint
+      try other.announce(group: "other", host: "other-1", version: .current, rules: rules, transport: .notify)
+      let otherChannel = try #require(other.wakes.channel)
+      try other.listen(on: [otherChannel, SharedLog.legacyChannel])
       let otherReplica = SharedLog.Replica(group: "other", store: "main", host: "other-1")
       _ = try other.enroll(otherReplica, place: 0)
       #expect(try other.ship(otherReplica, Self.shipment(1, gid: "o1"), settled: false) == .shipped(position: 1))
 
+      // web-2 listens on its group's channel; web-1 ships.
+      let web2 = try Self.log(server, as: "web-2")
+      try web2.prepareAccess(group: "shop", host: "web-2")
+      try web2.announce(group: "shop", host: "web-2", version: .current, rules: rules, transport: .notify)
+      let channel = try #require(web2.wakes.channel)
+      try web2.listen(on: [channel])
       let web1 = try Self.log(server, as: "web-1")
       try web1.prepareAccess(group: "shop", host: "web-1")
+      try web1.announce(group: "shop", host: "web-1", version: .current, rules: rules, transport: .notify)
+      #expect(web1.wakes == .init(channel: channel, listeners: true, olderMembers: false))
+      #expect(channel != otherChannel && channel.hasPrefix("gs_") && channel.count == 35)
       let mine = SharedLog.Replica(group: "shop", store: "main", host: "web-1")
       _ = try web1.enroll(mine, place: 0)
+      let tag = try #require(web1.tags["main"])
       #expect(try web1.ship(mine, Self.shipment(1, gid: "g1"), settled: false) == .shipped(position: 1))
-      // Its notification names the entry without carrying it: any session
-      // may LISTEN, the other group's member too.
+      // web-2 is woken on the group's channel, the entry in the payload,
+      // under the store's tag: no name of the group or store.
       var payloads: [String] = []
       let deadline = ContinuousClock.now + .seconds(30)
-      while !payloads.contains(where: { $0.hasPrefix("shop/main:1") }) && ContinuousClock.now < deadline {
-        payloads += try other.notifications().map(\.payload)
+      while payloads.isEmpty && ContinuousClock.now < deadline {
+        payloads += try web2.notifications().filter { $0.channel == channel }.map(\.payload)
         try await Task.sleep(for: .milliseconds(5))
       }
-      #expect(payloads.contains("shop/main:1"), "\(payloads)")
-      #expect(payloads.allSatisfy { !$0.contains("\n") }, "\(payloads)")
+      #expect(payloads.count == 1 && payloads[0].hasPrefix(tag + ":1\nweb-1 1\n"), "\(payloads)")
+      #expect(!payloads.contains { $0.contains("shop") }, "\(payloads)")
+      // The other group's member cannot read the channel, and heard
+      // nothing of it: not on its channel, not on the legacy one (a
+      // round trip of its own lets a notification sent before it arrive).
+      #expect(try other.connection.execute("SELECT channel FROM gs_group WHERE grp = 'shop'").isEmpty)
+      #expect(try other.connection.execute("SELECT tag FROM gs_clock WHERE grp = 'shop'").isEmpty)
+      try other.connection.execute("SELECT 1")
+      #expect(try other.notifications().isEmpty)
 
       let connection = web1.connection
       // Not under another host's name: an entry, a place, an image, gs_ship.
@@ -174,15 +195,15 @@ struct RelayAccessTests {
 
   /// Two relays, each as its host's role, under row-level security:
   /// inserts, updates and deletes go both ways, a conflict is settled, a
-  /// host whose place was purged re-synchronises, and no notification
-  /// carries an entry. Also with web-1 on the relay from before log
+  /// host whose place was purged re-synchronises, and nothing on the
+  /// legacy channel carries an entry. Also with web-1 on the relay from before log
   /// formats were versioned: this set-up keeps what it uses.
   @Test(arguments: [RelayBuild.current, .legacy])
   func relaysAsHostRolesReplicateBothWaysUnderRowLevelSecurity(webOne build: RelayBuild) async throws {
     try await PostgresServer.with { server in
       try await Self.setUp(server, group: "app", ["web-1", "web-2"])
       let listener = try Self.log(server, as: "postgres")
-      try listener.listen()
+      try listener.listen(on: [SharedLog.legacyChannel])
       let root = try HostsFolder()
       let a = try await GroupHost("web-1", root: root.path, conninfo: Self.conninfo(server, as: "web-1"))
       let b = try await GroupHost("web-2", root: root.path, conninfo: Self.conninfo(server, as: "web-2"))
@@ -239,8 +260,10 @@ struct RelayAccessTests {
       try await a.stopRelay()
       try await b.stopRelay()
 
+      // On the legacy channel, what a relay before version 4 reads, never
+      // the entry, and only while one is a member.
       let payloads = try listener.notifications().map(\.payload)
-      #expect(!payloads.isEmpty)
+      #expect(build == .legacy ? !payloads.isEmpty : payloads.isEmpty, "\(payloads.prefix(3))")
       #expect(payloads.allSatisfy { $0.hasPrefix("app/main:") && !$0.contains("\n") }, "\(payloads.prefix(3))")
     }
   }
@@ -279,11 +302,11 @@ struct RelayAccessTests {
 
       // A grant taken away.
       _ = try server.query("REVOKE INSERT ON gs_change FROM groupsync_relay")
-      _ = try server.query("REVOKE EXECUTE ON FUNCTION \(SharedSchema.ship2Signature) FROM groupsync_relay")
+      _ = try server.query("REVOKE EXECUTE ON FUNCTION \(SharedSchema.ship3Signature) FROM groupsync_relay")
       let missing = try await Self.relayGivesUp(web1)
       #expect(missing.contains("role 'web-1' lacks privileges the relay needs"), "\(missing)")
       #expect(missing.contains("INSERT on gs_change(grp, store, seq, origin_host, origin_seq, body, format)"), "\(missing)")
-      #expect(missing.contains("EXECUTE on gs_ship_2") && missing.contains("--print-setup"), "\(missing)")
+      #expect(missing.contains("EXECUTE on gs_ship_3") && missing.contains("--print-setup"), "\(missing)")
       #expect(!missing.contains("SELECT on"), "\(missing)")
       // The set-up run again gives it back.
       try await Self.setUp(server, group: "app", ["web-1"])

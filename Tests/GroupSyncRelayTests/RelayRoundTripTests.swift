@@ -23,6 +23,12 @@ import Testing
       self.root = root
       a = try await Self.host("a", root: root, server)
       b = try await Self.host("b", root: root, server)
+      // Each learns that the other listens (as relays do within their
+      // format check), then listens on the group's channel.
+      for (name, log) in [("a", a.log), ("b", b.log)] {
+        try log.advanceFormat(group: "app", host: name, rules: MergeRules(policy: .objectTrump).fingerprint)
+        try log.listen(on: [try #require(log.wakes.channel)])
+      }
     }
 
     private static func host(_ name: String, root: HostsFolder, _ server: PostgresServer) async throws
@@ -35,7 +41,9 @@ import Testing
           author: "groupsync-relay@" + name, retention: nil, emit: { _ in })
         let log = SharedLog(try server.connect())
         try log.createTables()
-        try log.listen()
+        try log.announce(
+          group: "app", host: name, version: .current, rules: MergeRules(policy: .objectTrump).fingerprint,
+          transport: .notify)
         _ = try log.enroll(context.replica, place: 0)
         return (group, context, log)
     }
@@ -45,7 +53,8 @@ import Testing
     func receive(_ log: SharedLog, _ context: ReplicaContext) async throws -> SharedLog.Hint {
       let deadline = ContinuousClock.now + .seconds(30)
       while ContinuousClock.now < deadline {
-        let hints = try log.notifications().compactMap { SharedLog.Hint.parse($0.payload, for: context.replica) }
+        let tag = try #require(log.tags["main"])
+        let hints = try log.notifications().compactMap { SharedLog.Hint.parse($0.payload, tag: tag) }
         hints.forEach(context.take)
         if let last = hints.last { return last }
         try await Task.sleep(for: .milliseconds(5))
@@ -156,23 +165,33 @@ import Testing
     }
   }
 
-  /// What a notification's payload tells a store, and what it does not.
-  @Test func aNotificationTellsItsStoreOnly() {
+  /// What a wake-up's payload tells a store, and what it does not: by
+  /// the store's tag on the group's channel, by name on the legacy one.
+  @Test(arguments: [false, true]) func aNotificationTellsItsStoreOnly(legacy: Bool) {
     let replica = SharedLog.Replica(group: "g", store: "s", host: "me")
-    #expect(SharedLog.Hint.parse("g/s:12", for: replica) == .init(position: 12, entry: nil))
-    let carried = SharedLog.Hint.parse("g/s:3\nother-host 41\n{\"tables\":[]}", for: replica)
+    let tag = "0f3a9c"
+    let prefix = legacy ? "g/s:" : tag + ":"
+    let parse = { (payload: String) in
+      legacy ? SharedLog.Hint.parseLegacy(payload, for: replica) : SharedLog.Hint.parse(payload, tag: tag)
+    }
+    #expect(parse(prefix + "12") == .init(position: 12, entry: nil))
+    let carried = parse(prefix + "3\nother-host 41\n{\"tables\":[]}")
     #expect(carried?.entry == .init(position: 3, origin: EntryOrigin(host: "other-host", sequence: 41), body: "{\"tables\":[]}"))
     // A body may hold newlines and spaces of its own.
-    #expect(SharedLog.Hint.parse("g/s:3\nh 1\na b\nc", for: replica)?.entry?.body == "a b\nc")
-    for other in ["g/s2:4", "g/t:4", "gg/s:4", "g/s:1/x:5", "g/s:", "g/s:-1", "g/s:1x", "g/s:99999999999999999999", "",
-                  "other"] {
-      #expect(SharedLog.Hint.parse(other, for: replica) == nil, "\(other)")
+    #expect(parse(prefix + "3\nh 1\na b\nc")?.entry?.body == "a b\nc")
+    let others = [
+      "g/s2:4", "g/t:4", "gg/s:4", "0f3a9c0:4", "0f3a9:4", "x0f3a9c:4", "g/s:1/x:5", "", "other",
+      legacy ? tag + ":4" : "g/s:4",
+    ]
+    for other in others + ["", "-1", "1x", "99999999999999999999"].map({ prefix + $0 }) {
+      #expect(parse(other) == nil, "\(other)")
     }
     // An entry it cannot read is read from the log: the position still counts.
-    for unreadable in ["g/s:4\nnohost", "g/s:4\n 9\n{}", "g/s:4\nh x\n{}", "g/s:4\nh 9"] {
-      #expect(SharedLog.Hint.parse(unreadable, for: replica) == .init(position: 4, entry: nil), "\(unreadable)")
+    for unreadable in ["4\nnohost", "4\n 9\n{}", "4\nh x\n{}", "4\nh 9"] {
+      #expect(parse(prefix + unreadable) == .init(position: 4, entry: nil), "\(unreadable)")
     }
   }
+
 
   /// Commits that follow a shipment within the batch window ship together,
   /// as one entry: a stream of commits costs one round trip per window,

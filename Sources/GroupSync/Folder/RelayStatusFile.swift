@@ -91,6 +91,11 @@ public struct RelayStatus: Sendable, Codable, Equatable {
   /// before merge rules, or none known yet).
   public var mergeRules: String?
   public var differingMergeRules: [String: String]?
+  /// How the relay learns of other hosts' shipments: `notify` or `poll`
+  /// (nil: a relay before transports, which notifies).
+  public var transport: String?
+  /// The poll transport's interval, in seconds (nil: notify).
+  public var pollIntervalSeconds: Double?
 
   public init(
     host: String, group: String, processID: Int32, isConnected: Bool, isLive: Bool, lastError: String?,

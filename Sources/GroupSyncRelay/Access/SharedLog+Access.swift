@@ -88,11 +88,12 @@ extension SharedLog {
 
   /// Every privilege a relay uses, and no more: it reads its groups' rows,
   /// enrolls its replicas (`gs_host`, `gs_clock`), takes positions,
-  /// writes images, entries and conflicts through `gs_ship_2`, moves its
-  /// places and holds, purges entries (`DELETE` in `gs_ship_2`), announces
-  /// what it reads (`gs_peer`) and moves the group's format through
-  /// `gs_advance_2`. `gs_change` is never updated. The relays of the
-  /// version before use `gs_ship` and the columns they knew.
+  /// writes images, entries and conflicts through `gs_ship_3`, moves its
+  /// places and holds, purges entries (`DELETE` in `gs_ship_3`), announces
+  /// what it reads and its transport, and takes its lease (`gs_peer`), and
+  /// moves the group's format through `gs_advance_2`. `gs_change` is never
+  /// updated. The relays of the versions before use `gs_ship` or
+  /// `gs_ship_2` and the columns they knew.
   static let grants: [Grant] = [
     Grant("SELECT", .table("gs_clock")),
     Grant("INSERT", .table("gs_clock"), ["grp", "store"]),
@@ -112,11 +113,16 @@ extension SharedLog {
       ["grp", "store", "seq", "tbl", "gid", "rule", "winner_host", "loser_host", "record", "format"]),
     Grant("USAGE", .sequence("gs_conflict_id_seq")),
     Grant("SELECT", .table("gs_peer")),
-    Grant("INSERT", .table("gs_peer"), ["grp", "host", "version", "reads", "merge_rules"]),
-    Grant("UPDATE", .table("gs_peer"), ["version", "reads", "merge_rules", "announced_at", "retired_at"]),
+    Grant(
+      "INSERT", .table("gs_peer"),
+      ["grp", "host", "version", "reads", "merge_rules", "transport", "lease_holder", "lease_until"]),
+    Grant(
+      "UPDATE", .table("gs_peer"),
+      ["version", "reads", "merge_rules", "announced_at", "retired_at", "transport", "lease_holder", "lease_until"]),
     Grant("SELECT", .table("gs_group")),
     Grant("SELECT", .table("gs_schema")),
-    Grant("EXECUTE", .function(SharedSchema.ship2Signature)),
+    Grant("EXECUTE", .function(SharedSchema.ship3Signature)),
+    Grant("EXECUTE", .function(SharedSchema.ship2Signature), onlyForOlderRelays: true),
     Grant("EXECUTE", .function(SharedSchema.advance2Signature)),
     Grant("SELECT", .table("gs_member"), onlyUnderRowSecurity: true),
     Grant("EXECUTE", .function(SharedSchema.ship1Signature), onlyForOlderRelays: true),

@@ -30,6 +30,11 @@ extension Int: PostgresBindable {
   var postgresText: String? { String(self) }
 }
 
+extension Double: PostgresBindable {
+  /// Finite values only (the relay binds durations in seconds).
+  var postgresText: String? { String(self) }
+}
+
 extension Bool: PostgresBindable {
   var postgresText: String? { self ? "true" : "false" }
 }

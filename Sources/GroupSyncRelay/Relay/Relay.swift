@@ -87,6 +87,17 @@ public final class Relay: @unchecked Sendable {
     guard configuration.batchWindow >= .zero, configuration.batchWindow <= .seconds(10) else {
       throw RelayError.invalidConfiguration("batch window \(configuration.batchWindow): from 0 to 10 seconds")
     }
+    guard configuration.pollInterval >= .milliseconds(1), configuration.pollInterval <= .seconds(3600) else {
+      throw RelayError.invalidConfiguration("poll interval \(configuration.pollInterval): from 0.001 to 3600 seconds")
+    }
+    // Renewed every third of it, and each renewal may wait for a poll.
+    if configuration.transport == .poll,
+      configuration.leaseDuration < .seconds(1) || configuration.leaseDuration < configuration.pollInterval * 3
+    {
+      throw RelayError.invalidConfiguration(
+        "lease duration \(configuration.leaseDuration): at least 1 second and 3 poll intervals "
+          + "(\(configuration.pollInterval * 3))")
+    }
     var declared: Set<String> = []
     for reference in configuration.references {
       guard declared.insert("\(reference.table).\(reference.column)".lowercased()).inserted else {

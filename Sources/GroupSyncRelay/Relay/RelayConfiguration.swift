@@ -30,9 +30,18 @@ public struct RelayConfiguration: Sendable {
   /// Log entries kept per store: older ones are purged as new ones come
   /// (nil: none purged). A host whose place was purged re-synchronises.
   public var retention: Int64?
+  /// How the relay learns that another host shipped (``RelayTransport``;
+  /// default ``RelayTransport/notify``).
+  public var transport: RelayTransport
   /// How often the log and the store are read without a wake-up (NOTIFY
-  /// or a local commit); also the first reconnection delay's ceiling.
+  /// or a local commit); with the poll transport, how often the log is
+  /// read whatever happens: the longest a shipment waits to be seen.
   public var pollInterval: Duration
+  /// With the poll transport: how long the host's lease lasts unrenewed
+  /// (renewed every third of it). A relay of the host on another machine
+  /// takes over that long after this one went silent; this folder's own
+  /// relay, restarted, takes it over at once. Default 10 s.
+  public var leaseDuration: Duration
   /// How long after a shipment the next one waits, at least: commits that
   /// arrive in a stream then ship together, one entry and one round trip
   /// for many, instead of one each (which costs every relay CPU per entry
@@ -78,7 +87,8 @@ public struct RelayConfiguration: Sendable {
   /// transport that does not keep a session's prepared statements from
   /// one transaction to the next (a pooler in transaction mode): every
   /// statement then goes unnamed, as before. A session that finds them
-  /// forgotten time after time stops preparing by itself.
+  /// forgotten time after time stops preparing by itself. The poll
+  /// transport, made for poolers, never prepares.
   public var preparesStatements = true
 
   /// Where the relay writes the timestamps of each step of its shipments
@@ -104,7 +114,9 @@ public struct RelayConfiguration: Sendable {
     stores = ["main"]
     merge = MergeRules(policy: .objectTrump)
     retention = nil
+    transport = .notify
     pollInterval = .seconds(1)
+    leaseDuration = .seconds(10)
     batchWindow = .milliseconds(2)
     maximumReconnectDelay = .seconds(2)
     timeouts = RelayTimeouts()

@@ -18,12 +18,15 @@ public struct RelayVersion: Sendable, Equatable, Codable {
   /// server's `gs_schema`).
   public var serverSchema: Int
 
-  /// This build: relay 3 reads formats 1 and 2 and writes format 2 (merging
-  /// by property) once every member reads it; relay 2 reads and writes
-  /// format 1 and announces it; relay 1 (every relay from before formats
-  /// were versioned) announced nothing, and reads format 1 only.
+  /// This build: relay 4 reads and writes as relay 3 did, and wakes the
+  /// group on its own channel (server schema 4); relay 3 reads formats 1
+  /// and 2 and writes format 2 (merging by property) once every member
+  /// reads it; relay 2 reads and writes format 1 and announces it; relay 1
+  /// (every relay from before formats were versioned) announced nothing,
+  /// and reads format 1 only. A member's version number also says which
+  /// channel it listens on (``SharedLog/wakesStatement(group:host:)``).
   public static let current = RelayVersion(
-    name: "3", reads: [.v1, .v2], newestWritten: .newest, serverSchema: SharedSchema.version)
+    name: "4", reads: [.v1, .v2], newestWritten: .newest, serverSchema: SharedSchema.version)
 
   /// This build speaking the testing format too (see ``LogFormat/testing``).
   public static let testing = RelayVersion(

@@ -33,6 +33,14 @@ extension RelaySession {
         group: configuration.group, host: configuration.host, rules: configuration.merge.fingerprint)
       lastFormatCheck = .now
       takeDifferingRules(log)
+      // An older member came or went: listen on the legacy channel or not.
+      try listen(log)
+    }
+    if log.leaseHolder != nil, ContinuousClock.now - leaseRenewed >= configuration.leaseDuration / 3 {
+      try log.renewLease(
+        group: configuration.group, host: configuration.host, holder: leaseHolder,
+        duration: configuration.leaseDuration)
+      leaseRenewed = .now
     }
     // A store whose log diverged re-synchronises before anything ships, so
     // that shipments carry positions the log holds.

@@ -8,6 +8,42 @@ import Glibc
 #endif
 
 extension RelaySession {
+  /// Waits for what starts the next pass. Notify: a local commit, a
+  /// notification, or a quiet ``RelayConfiguration/pollInterval``, after
+  /// which the log is read in case a commit went by without a
+  /// notification this session saw, and the store in case one went by
+  /// without ringing. Poll: a local commit, or the next poll, which reads
+  /// the log (and the store, once a second at most).
+  func waitBetweenPasses() {
+    switch configuration.transport {
+    case .notify:
+      if waitForWake(configuration.pollInterval) {
+        for context in contexts { context.mustReadLog = true }
+        localCommits.raise()
+      }
+    case .poll:
+      waitForWake(max(.zero, nextPoll - .now))
+      let now = ContinuousClock.now
+      guard now >= nextPoll else { return }
+      // The next poll an interval after this one was due, not after it
+      // ran: a slow pass does not make the polls drift apart.
+      nextPoll = max(nextPoll + configuration.pollInterval, now)
+      for context in contexts { context.mustReadLog = true }
+      if now - lastStoreCheck >= max(configuration.pollInterval, .seconds(1)) {
+        lastStoreCheck = now
+        localCommits.raise()
+      }
+    }
+  }
+
+  /// Listens on the group's channel, and on the legacy one while an older
+  /// member ships there (the notify transport; the poll transport listens
+  /// on nothing).
+  func listen(_ log: SharedLog) throws {
+    guard configuration.transport == .notify, let channel = log.wakes.channel else { return }
+    try log.listen(on: log.wakes.olderMembers ? [channel, SharedLog.legacyChannel] : [channel])
+  }
+
   /// Waits for a local commit, a notification or `timeout` (shorter when
   /// this host's bookkeeping is due to be sent); returns true when nothing
   /// came. A notification libpq already read (while a statement ran)
@@ -43,9 +79,15 @@ extension RelaySession {
       return false
     }
     if !received.isEmpty { trace?.notified() }
-    for notification in received where notification.channel == SharedLog.channel {
+    for notification in received {
+      let legacy = notification.channel == SharedLog.legacyChannel
+      guard legacy || notification.channel == log.wakes.channel else { continue }
       for context in contexts {
-        if let hint = SharedLog.Hint.parse(notification.payload, for: context.replica) { context.take(hint) }
+        let hint =
+          legacy
+          ? SharedLog.Hint.parseLegacy(notification.payload, for: context.replica)
+          : log.tags[context.storeName].flatMap { SharedLog.Hint.parse(notification.payload, tag: $0) }
+        if let hint { context.take(hint) }
       }
     }
     return !received.isEmpty

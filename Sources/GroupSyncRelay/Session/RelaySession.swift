@@ -61,6 +61,16 @@ final class RelaySession: @unchecked Sendable {
   var knownGroupFormat: LogFormat?
   /// The members whose merge rules differ from this relay's, as last told.
   var differingRules: [String: String] = [:]
+  /// Who holds the host's lease on the server when this relay does (the
+  /// poll transport): kept in the folder (``RelayLease``), so that this
+  /// folder's next relay takes a lease left by a dead one over at once.
+  let leaseHolder: UUID
+  /// When the lease was last taken or renewed.
+  var leaseRenewed = ContinuousClock.now
+  /// When the poll transport reads the log next.
+  var nextPoll = ContinuousClock.now
+  /// When the store was last looked at without a ring.
+  var lastStoreCheck = ContinuousClock.now
 
   /// Takes the host's lock file of `group`, opens the configuration's
   /// stores there and tells their identities, and hangs the doorbell.
@@ -83,6 +93,7 @@ final class RelaySession: @unchecked Sendable {
     let trace: RelayTrace?
     do {
       trace = try configuration.traceFile.map(RelayTrace.init(path:))
+      leaseHolder = try RelayLease.holder(group: configuration.folder, host: configuration.host)
     } catch {
       fileLock.release()
       throw error
@@ -249,13 +260,7 @@ final class RelaySession: @unchecked Sendable {
       }
       refreshStatus(force: false)
       if failure != nil { localCommits.raise() }
-      if waitForWake(configuration.pollInterval) {
-        // Quiet for a whole interval: look at the log itself, in case a
-        // commit went by without a notification this session saw, and at
-        // the store, in case one went by without ringing.
-        for context in contexts { context.mustReadLog = true }
-        localCommits.raise()
-      }
+      waitBetweenPasses()
     }
     shutDown()
   }
@@ -274,18 +279,28 @@ final class RelaySession: @unchecked Sendable {
   }
 
   private func connect() throws {
+    let (group, host, transport) = (configuration.group, configuration.host, configuration.transport)
     let log = SharedLog(
       try PostgresConnection(
         conninfo: configuration.conninfo, timeouts: configuration.timeouts,
-        applicationName: "groupsync-relay \(configuration.host)", stop: stopSignal,
-        preparesStatements: configuration.preparesStatements))
+        applicationName: "groupsync-relay \(host)", stop: stopSignal,
+        preparesStatements: configuration.preparesStatements && transport == .notify))
     try log.configureSession(timeouts: configuration.timeouts)
-    try log.prepareAccess(group: configuration.group, host: configuration.host)
-    try log.lockHost(group: configuration.group, host: configuration.host)
-    try log.listen()
+    try log.prepareAccess(group: group, host: host)
+    switch transport {
+    case .notify: try log.lockHost(group: group, host: host, holder: leaseHolder)
+    case .poll:
+      try log.takeLease(
+        group: group, host: host, holder: leaseHolder, duration: configuration.leaseDuration,
+        version: configuration.version)
+      leaseRenewed = .now
+    }
     try log.announce(
-      group: configuration.group, host: configuration.host, version: configuration.version,
-      rules: configuration.merge.fingerprint)
+      group: group, host: host, version: configuration.version, rules: configuration.merge.fingerprint,
+      transport: transport)
+    // After the announcement, which read the group's channel: what was
+    // shipped before the listening began is read from the log below.
+    try listen(log)
     lastFormatCheck = .now
     // A store that holds keeps its position from being purged, also if the
     // session that recorded it failed right after.
@@ -319,7 +334,12 @@ final class RelaySession: @unchecked Sendable {
 
   private func shutDown() {
     doorbell?.close()
-    if let log, log.isConnected { try? log.flushDeferred() }
+    if let log, log.isConnected {
+      try? log.flushDeferred()
+      if log.leaseHolder != nil {
+        try? log.releaseLease(group: configuration.group, host: configuration.host, holder: leaseHolder)
+      }
+    }
     do {
       try trace?.write()
     } catch {

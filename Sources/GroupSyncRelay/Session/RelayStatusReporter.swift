@@ -48,6 +48,8 @@ final class RelayStatusReporter: @unchecked Sendable {
     current.relayVersion = configuration.version.name
     current.formatsRead = configuration.version.reads.map(\.rawValue)
     current.mergeRules = configuration.merge.fingerprint
+    current.transport = configuration.transport.rawValue
+    if configuration.transport == .poll { current.pollIntervalSeconds = configuration.pollInterval.inSeconds }
   }
 
   var status: RelayStatus { lock.withLock { current } }

@@ -2,22 +2,25 @@
 import Foundation
 
 extension SharedLog {
-  /// A notification on ``SharedLog/channel``, sent by `gs_ship` as the
-  /// shipment commits:
+  /// A wake-up, sent on the group's channel (``Wakes/channel``) once a
+  /// shipment committed (``wakeStatements(_:through:body:)``):
   ///
   /// ```
-  /// GROUP/STORE:POSITION
+  /// TAG:POSITION
   /// ORIGIN_HOST ORIGIN_SEQUENCE      (these two lines only when the
   /// BODY                              whole payload fits in 8,000 bytes)
   /// ```
   ///
-  /// Under row-level security (``AccessSetup``) the payload is the first
-  /// line only: any session may LISTEN, and the entry is for the group's
-  /// members alone.
+  /// `TAG` is the store's random tag (`gs_clock.tag`): neither the
+  /// channel nor the payload names the group or the store, and only the
+  /// group's members (under row-level security, ``AccessSetup``) can
+  /// read the channel's name to listen. A relay before version 4 shipped
+  /// `GROUP/STORE:POSITION` on ``legacyChannel`` instead
+  /// (``parseLegacy(_:for:)``), and is woken there while it is a member.
   ///
   /// With the entry in it, a relay applies the entry without reading it
   /// back; without, it reads the log from its place. Either way the log
-  /// is the truth: notifications come in commit order, which is the log's
+  /// is the truth: wake-ups come in commit order, which is the log's
   /// order for a store, and an entry is applied only right after the one
   /// before it.
   struct Hint: Sendable, Equatable {
@@ -28,11 +31,19 @@ extension SharedLog {
     /// The entry itself, when it fitted.
     let entry: StoredEntry?
 
-    /// The hint `payload` gives about `replica`'s store, nil when it is
-    /// about another store (or no hint at all).
-    static func parse(_ payload: String, for replica: Replica) -> Hint? {
+    /// The hint a wake-up on the group's channel gives about the store
+    /// tagged `tag`, nil when it is about another store (or no hint).
+    static func parse(_ payload: String, tag: String) -> Hint? { parse(payload, prefix: tag + ":") }
+
+    /// The hint a notification of a relay before version 4 (on
+    /// ``SharedLog/legacyChannel``) gives about `replica`'s store.
+    static func parseLegacy(_ payload: String, for replica: Replica) -> Hint? {
+      parse(payload, prefix: replica.group + "/" + replica.store + ":")
+    }
+
+    private static func parse(_ payload: String, prefix: String) -> Hint? {
       let bytes = payload.utf8
-      let prefix = (replica.group + "/" + replica.store + ":").utf8
+      let prefix = prefix.utf8
       guard bytes.starts(with: prefix) else { return nil }
       let afterPrefix = bytes.index(bytes.startIndex, offsetBy: prefix.count)
       let newline = UInt8(ascii: "\n")

@@ -9,34 +9,43 @@ extension SharedLog {
   /// member now reads a newer one, and returns the group's format: one
   /// round trip.
   /// Also announces the merge rules `rules` (``MergeRules/fingerprint``)
-  /// and reads which other members announce other rules
-  /// (``differingRules``).
+  /// and the transport it is woken by, reads which other members announce
+  /// other rules (``differingRules``) and how the group wakes them
+  /// (``wakes``).
   @discardableResult
-  func announce(group: String, host: String, version: RelayVersion, rules: String) throws -> LogFormat {
+  func announce(
+    group: String, host: String, version: RelayVersion, rules: String, transport: RelayTransport
+  ) throws -> LogFormat {
     let reads = version.reads.map(\.rawValue)
     let results = try exchange([
       Statement(
         """
-        INSERT INTO gs_peer AS p (grp, host, version, reads, merge_rules) VALUES ($1, $2, $3, $4::smallint[], $5)
+        INSERT INTO gs_peer AS p (grp, host, version, reads, merge_rules, transport)
+        VALUES ($1, $2, $3, $4::smallint[], $5, $6)
         ON CONFLICT (grp, host) DO UPDATE SET version = excluded.version, reads = excluded.reads,
-          merge_rules = excluded.merge_rules, announced_at = now(), retired_at = NULL
-        """, [group, host, version.name, reads, rules]),
+          merge_rules = excluded.merge_rules, transport = excluded.transport, announced_at = now(), retired_at = NULL
+        """, [group, host, version.name, reads, rules, transport.rawValue]),
       Statement("SELECT gs_advance_2($1)", [group]),
       Self.differingRulesStatement(group: group, host: host, rules: rules),
+      Self.wakesStatement(group: group, host: host),
     ])
     try readDifferingRules(results[2])
+    try readWakes(results[3])
     return try readGroupFormat(results[1])
   }
 
   /// Moves the group's format up if every member now reads a newer one
   /// (a member retired, or gone past the window), and returns it; reads
-  /// which other members announce merge rules other than `rules`.
+  /// which other members announce merge rules other than `rules`, and how
+  /// the group wakes its members (a member came, went or upgraded).
   @discardableResult
   func advanceFormat(group: String, host: String, rules: String) throws -> LogFormat {
     let results = try exchange([
       Statement("SELECT gs_advance_2($1)", [group]), Self.differingRulesStatement(group: group, host: host, rules: rules),
+      Self.wakesStatement(group: group, host: host),
     ])
     try readDifferingRules(results[1])
+    try readWakes(results[2])
     return try readGroupFormat(results[0])
   }
 

@@ -23,7 +23,8 @@ extension SharedLog {
   /// Makes `replica`'s rows of `gs_host` and `gs_clock` if missing, clears
   /// a hold an earlier relay of this host left, and
   /// reads its shipped place, the clock, and the origin of the entry at
-  /// `place` (this host's applied place): one round trip.
+  /// `place` (this host's applied place), and the store's tag (``tags``):
+  /// one round trip.
   func enroll(_ replica: Replica, place: Int64) throws -> Enrollment {
     let keys = [replica.group, replica.store, replica.host]
     let results = try exchange([
@@ -35,11 +36,12 @@ extension SharedLog {
       .init("SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3", keys),
       .init(
         """
-        SELECT k.seq, k.purged_through, c.origin_host, c.origin_seq FROM gs_clock k
+        SELECT k.seq, k.purged_through, c.origin_host, c.origin_seq, k.tag FROM gs_clock k
         LEFT JOIN gs_change c ON c.grp = k.grp AND c.store = k.store AND c.seq = $3
         WHERE k.grp = $1 AND k.store = $2
         """, [replica.group, replica.store, place]),
     ])
+    tags[replica.store] = try results[4].first?.decode(String?.self, at: 4)
     let clock = try results[4].first.flatMap { row -> Clock? in
       guard let head = try row.decode(Int64?.self, at: 0) else { return nil }
       return Clock(

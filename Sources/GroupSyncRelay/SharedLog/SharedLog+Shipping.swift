@@ -83,32 +83,38 @@ extension SharedLog {
 
   /// ``ship(_:_:settled:)``'s call, prepared once per session.
   static let shipCall = PreparedSQL(
-    "ship_2",
+    "ship_3",
     """
-    SELECT outcome, pos, group_format FROM gs_ship_2($1, $2, $3, $4::bigint, $5, $6::bigint,
+    SELECT outcome, pos, group_format FROM gs_ship_3($1, $2, $3, $4::bigint, $5, $6::bigint,
       $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[],
-      $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::boolean, $19::smallint)
+      $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::boolean, $19::smallint,
+      $20::uuid)
     """)
 
-  /// Ships in one statement, `gs_ship_2`: unless `settled`, it locks this
+  /// Ships in one statement, `gs_ship_3`: unless `settled`, it locks this
   /// host's shipped place and the rows the shipment writes, and stops if
   /// the place is already past `through` or a row moved past the image's
   /// base; then it takes the next position (`UPDATE gs_clock … RETURNING
   /// seq`: the row lock orders shippers, so positions are gapless and in
   /// commit order), records the winners, appends the entry and its
-  /// conflicts, moves the shipped place, purges what retention lets go
-  /// and notifies (the entry itself in the payload when it fits and the
-  /// log is not under row-level security, see ``Hint``). The group's
-  /// format comes back with the outcome (``groupFormat``).
+  /// conflicts, moves the shipped place and purges what retention lets
+  /// go. The group's format comes back with the outcome (``groupFormat``).
+  /// Once it committed, the group's listening members are woken in a
+  /// transaction of its own, in the same pipeline
+  /// (``wakeStatements(_:through:body:)``: the entry itself in the payload
+  /// when it fits, see ``Hint``).
   ///
-  /// Not `settled`: one statement on its own, so one round trip and its
-  /// own transaction; the deferred bookkeeping rides along. `settled`:
-  /// inside the transaction ``beginShipment(_:targets:)`` opened, with its
-  /// `COMMIT` in the same pipeline, so the server runs it through without
-  /// waiting for this host.
+  /// Not `settled`: its own transaction (the deferred bookkeeping rides
+  /// along in it), one round trip. `settled`: inside the transaction
+  /// ``beginShipment(_:targets:)`` opened, with its `COMMIT` in the same
+  /// pipeline, so the server runs it through without waiting for this
+  /// host. Under a lease (the poll transport: ``leaseHolder``), only while
+  /// the host's lease is this relay's.
   ///
   /// - Throws: ``RelayError/unexpectedAnswer(statement:problem:)`` when
-  ///   `gs_clock` has no row for the store.
+  ///   `gs_clock` has no row for the store;
+  ///   ``RelayError/relayAlreadyRunning(host:group:where:)`` when another
+  ///   relay of the host took its lease over (nothing was written).
   func ship(_ replica: Replica, _ shipment: Shipment, settled: Bool) throws -> ShipOutcome {
     let conflicts = shipment.conflicts.map(\.record)
     let statement = Statement(
@@ -119,8 +125,19 @@ extension SharedLog {
         shipment.winners.map(\.columns), shipment.winners.map(\.data),
         conflicts.map(\.table), conflicts.map(\.gid), conflicts.map(\.rule.rawValue), conflicts.map(\.winnerHost),
         conflicts.map(\.loserHost), shipment.conflicts.map(\.json), settled, shipment.format.rawValue,
+        leaseHolder?.uuidString,
       ])
-    let rows = settled ? try connection.query([statement, Statement("COMMIT")])[0] : try exchange([statement])[0]
+    let wakes = wakeStatements(replica, through: shipment.through, body: shipment.body)
+    let rows =
+      if settled {
+        try connection.query([statement, Statement("COMMIT")] + wakes)[0]
+      } else if wakes.isEmpty {
+        try exchange([statement])[0]
+      } else {
+        // Its own transaction, then the wake-up's (the bookkeeping that
+        // rides along joins the first).
+        try ownTransaction { try exchange([Statement("BEGIN"), statement, Statement("COMMIT")] + wakes)[1] }
+      }
     let row = rows.first
     let outcome = try row?.decode(String?.self, at: 0), position = try row?.decode(Int64?.self, at: 1) ?? 0
     if let format = try row?.decode(Int?.self, at: 2) { groupFormat = LogFormat(rawValue: format) }
@@ -128,9 +145,24 @@ extension SharedLog {
     case "shipped": return .shipped(position: position)
     case "already": return .alreadyShipped(through: position)
     case "moved": return .rowsMoved
+    case "lease":
+      throw RelayError.relayAlreadyRunning(
+        host: replica.host, group: replica.group, where: "another relay took the host's lease over")
     default:
       throw RelayError.unexpectedAnswer(
-        statement: "gs_ship_2", problem: "gs_clock has no row for store '\(replica.store)' of group '\(replica.group)'")
+        statement: "gs_ship_3", problem: "gs_clock has no row for store '\(replica.store)' of group '\(replica.group)'")
+    }
+  }
+
+  /// Runs `body`, which opens a transaction of its own: when it fails,
+  /// that transaction is rolled back (the pipeline's end does not end a
+  /// transaction begun explicitly), so the session is left as it was.
+  private func ownTransaction<T>(_ body: () throws -> T) throws -> T {
+    do {
+      return try body()
+    } catch {
+      if connection.isConnected, connection.isInTransaction { connection.rollBackQuietly() }
+      throw error
     }
   }
 }

@@ -46,8 +46,11 @@ final class SharedLog {
     let host: String
   }
 
-  /// The channel every relay LISTENs on; see ``Hint`` for its payloads.
-  static let channel = "gs_changes"
+  /// The channel every relay before version 4 LISTENs on, whatever its
+  /// group; a relay of version 4 listens on its group's own
+  /// (``Transport``), and on this one too while a member of its group is
+  /// older.
+  static let legacyChannel = "gs_changes"
 
   let connection: PostgresConnection
 
@@ -57,6 +60,17 @@ final class SharedLog {
   /// The other members that announce merge rules other than this relay's,
   /// by host, as last read (``announce(group:host:version:rules:)``).
   var differingRules: [String: String] = [:]
+  /// How the group's members are woken, as last read (``Wakes``).
+  var wakes = Wakes()
+  /// Each store's tag (`gs_clock.tag`), which notifications name it by,
+  /// by store name, as read when the store enrolled.
+  var tags: [String: String] = [:]
+  /// The channels the session listens on.
+  var listening: Set<String> = []
+  /// The host's lease this relay holds (the poll transport), which every
+  /// shipment checks on the server; nil: the session's advisory lock
+  /// guards the host instead.
+  var leaseHolder: UUID?
 
   /// Statements of this host's own bookkeeping (its applied places) that
   /// wait to ride on the next round trip, by replica, and since when the
@@ -147,24 +161,6 @@ final class SharedLog {
   /// set-up an administrator runs (``AccessSetup``).
   static let schemaLock = "pg_advisory_xact_lock(hashtext('groupsync-relay-schema'))"
 
-
-  /// Takes the session-level advisory lock of `host` in `group`, which the
-  /// server frees when the session ends (the relay died or disconnected).
-  ///
-  /// - Throws: ``RelayError/relayAlreadyRunning(host:group:where:)`` when
-  ///   another session holds it.
-  func lockHost(group: String, host: String) throws {
-    let rows = try connection.query(
-      "SELECT pg_try_advisory_lock(hashtext('groupsync-relay'), hashtext($1))", [group + "\u{1}" + host])
-    guard let row = rows.first, try row.decode(Bool.self, at: 0) else {
-      throw RelayError.relayAlreadyRunning(host: host, group: group, where: "PostgreSQL advisory lock held")
-    }
-  }
-
-  /// Subscribes the session to ``channel``.
-  func listen() throws {
-    try connection.query("LISTEN \(Self.channel)")
-  }
 
   // MARK: Values
 

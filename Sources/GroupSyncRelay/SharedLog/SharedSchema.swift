@@ -20,9 +20,17 @@ import Foundation
 /// holds (`gs_host.held_at`), `gs_member` (made here too, empty unless the
 /// set-up fills it), `gs_ship_2` and `gs_advance_2`. Version 3: the merge
 /// rules each member announces (`gs_peer.merge_rules`), which must agree.
+/// Version 4: the transports (see ``SharedLog/Hint``): a random channel per
+/// group (`gs_group.channel`) and a random tag per store
+/// (`gs_clock.tag`), so that a notification names neither; the transport
+/// each member announces (`gs_peer.transport`; NULL: a relay before
+/// version 4, which listens on `gs_changes`); the host's lease
+/// (`gs_peer.lease_holder`, `lease_until`), which stands for the advisory
+/// lock where a pooler keeps no session; and `gs_ship_3`, which does not
+/// notify, so that the wake-up commits apart.
 enum SharedSchema {
   /// The version this build makes and needs.
-  static let version = 3
+  static let version = 4
   /// The oldest relay schema the objects of ``version`` still serve:
   /// version 1's relays go on with `gs_ship`, kept as it was.
   static let servesFrom = 1
@@ -37,7 +45,7 @@ enum SharedSchema {
 
   /// Every version's statements, in order: the one transaction that
   /// makes or migrates the server's objects.
-  static var statements: [String] { version1 + version2 + version3 + [recordVersion] }
+  static var statements: [String] { version1 + version2 + version3 + version4 + [recordVersion] }
 
   // MARK: The tables
 
@@ -71,7 +79,10 @@ enum SharedSchema {
   /// them (`pg_proc.prosrc`): a relay that finds another body there (of
   /// its own version) replaces it, or says it may not.
   static var functions: [(signature: String, source: String)] {
-    [(ship1Signature, body(ship1)), (ship2Signature, body(ship2)), (advance2Signature, body(advance2))]
+    [
+      (ship1Signature, body(ship1)), (ship2Signature, body(ship2)), (advance2Signature, body(advance2)),
+      (ship3Signature, body(ship3)),
+    ]
   }
 
   private static func body(_ statement: String) -> String { statement.components(separatedBy: "$fn$")[1] }
@@ -200,6 +211,21 @@ enum SharedSchema {
     "ALTER TABLE gs_peer ADD COLUMN IF NOT EXISTS merge_rules text",
   ]
 
+  // MARK: Version 4: transports
+
+  static let version4 = [
+    // Random, so that only those who may read the group's row (its
+    // members, under row-level security) can listen: a name's hash could
+    // be guessed.
+    "ALTER TABLE gs_group ADD COLUMN IF NOT EXISTS channel text NOT NULL "
+      + "DEFAULT ('gs_' || replace(gen_random_uuid()::text, '-', ''))",
+    "ALTER TABLE gs_clock ADD COLUMN IF NOT EXISTS tag text NOT NULL DEFAULT (replace(gen_random_uuid()::text, '-', ''))",
+    "ALTER TABLE gs_peer ADD COLUMN IF NOT EXISTS transport text",
+    "ALTER TABLE gs_peer ADD COLUMN IF NOT EXISTS lease_holder uuid",
+    "ALTER TABLE gs_peer ADD COLUMN IF NOT EXISTS lease_until timestamptz",
+    ship3,
+  ]
+
   /// Records the version made, last (never down).
   static let recordVersion = """
     INSERT INTO gs_schema AS s (version, serves_from, serves_from_relay) VALUES (\(version), \(servesFrom), '\(servesFromRelay)')
@@ -217,12 +243,56 @@ enum SharedSchema {
   /// the outcome. Row locks are taken in (table, global ID) order, as
   /// ``SharedLog/beginShipment(_:targets:)`` takes them, and before the
   /// clock row, so that shippers never deadlock.
-  static let ship2 = """
-    CREATE OR REPLACE FUNCTION gs_ship_2(
+  static let ship2 = shipFunction(version: 2)
+
+  static let ship3Signature =
+    "gs_ship_3(text, text, text, bigint, text, bigint, text[], text[], bigint[], text[], text[], "
+    + "text[], text[], text[], text[], text[], text[], boolean, smallint, uuid)"
+
+  /// `gs_ship_2` without the notification, and fenced by the host's lease:
+  /// the wake-up goes in a transaction of its own after the shipment
+  /// commits (``SharedLog/ship(_:_:settled:)``), so the server's notify
+  /// lock, which orders every notifying commit, is not held across this
+  /// commit's flush. With `p_lease`, a relay of the poll transport ships
+  /// only while `gs_peer` names it the host's lease holder ('lease': it
+  /// lost the lease to another relay of the host, nothing was written).
+  static let ship3 = shipFunction(version: 3)
+
+  /// The text of `gs_ship_2` (`version` 2, byte for byte as it shipped:
+  /// relays compare it with the server's) or `gs_ship_3`.
+  private static func shipFunction(version: Int) -> String {
+    let (name, leaseParameter) = version == 2 ? ("gs_ship_2", "") : ("gs_ship_3", ", p_lease uuid")
+    let leaseCheck =
+      version == 2
+      ? ""
+      : """
+        IF p_lease IS NOT NULL AND NOT EXISTS (SELECT 1 FROM gs_peer p
+          WHERE p.grp = p_grp AND p.host = p_host AND p.lease_holder = p_lease) THEN
+          RETURN QUERY SELECT 'lease'::text, 0::bigint, v_group;
+          RETURN;
+        END IF;
+
+      """
+    let notify =
+      version == 2
+      ? """
+          v_hint := p_grp || '/' || p_store || ':' || v_seq;
+          -- Any session may LISTEN: under row-level security the payload
+          -- carries no entry, which only members of the group may read.
+          IF octet_length(v_hint) + octet_length(p_host) + octet_length(p_body) + 24 < \(SharedLog.Hint.payloadLimit)
+            AND NOT (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'gs_change'::regclass) THEN
+            v_hint := v_hint || E'\\n' || p_host || ' ' || p_through || E'\\n' || p_body;
+          END IF;
+          PERFORM pg_notify('\(SharedLog.legacyChannel)', v_hint);
+
+        """
+      : ""
+    return """
+    CREATE OR REPLACE FUNCTION \(name)(
       p_grp text, p_store text, p_host text, p_through bigint, p_body text, p_retention bigint,
       w_tbl text[], w_gid text[], w_base bigint[], w_columns text[], w_data text[],
       c_tbl text[], c_gid text[], c_rule text[], c_winner text[], c_loser text[], c_record text[],
-      p_settled boolean, p_format smallint)
+      p_settled boolean, p_format smallint\(leaseParameter))
     RETURNS TABLE(outcome text, pos bigint, group_format smallint) LANGUAGE plpgsql AS $fn$
     DECLARE
       v_shipped bigint;
@@ -233,7 +303,7 @@ enum SharedSchema {
       v_group smallint;
     BEGIN
       SELECT coalesce((SELECT g.format FROM gs_group g WHERE g.grp = p_grp), 1) INTO v_group;
-      IF NOT p_settled THEN
+    \(leaseCheck)  IF NOT p_settled THEN
         SELECT h.shipped_seq INTO v_shipped FROM gs_host h
         WHERE h.grp = p_grp AND h.store = p_store AND h.host = p_host FOR UPDATE;
         IF v_shipped >= p_through THEN
@@ -280,18 +350,11 @@ enum SharedSchema {
       IF p_retention IS NOT NULL THEN
         DELETE FROM gs_change c WHERE c.grp = p_grp AND c.store = p_store AND c.seq <= v_purged;
       END IF;
-      v_hint := p_grp || '/' || p_store || ':' || v_seq;
-      -- Any session may LISTEN: under row-level security the payload
-      -- carries no entry, which only members of the group may read.
-      IF octet_length(v_hint) + octet_length(p_host) + octet_length(p_body) + 24 < \(SharedLog.Hint.payloadLimit)
-        AND NOT (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'gs_change'::regclass) THEN
-        v_hint := v_hint || E'\\n' || p_host || ' ' || p_through || E'\\n' || p_body;
-      END IF;
-      PERFORM pg_notify('\(SharedLog.channel)', v_hint);
-      RETURN QUERY SELECT 'shipped'::text, v_seq, v_group;
+    \(notify)  RETURN QUERY SELECT 'shipped'::text, v_seq, v_group;
     END
     $fn$
     """
+  }
 
   static let advance2Signature = "gs_advance_2(text)"
 

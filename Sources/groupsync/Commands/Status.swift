@@ -83,6 +83,9 @@ struct Status: AsyncParsableCommand {
         let updated = ISO8601DateFormatter().string(
           from: Date(timeIntervalSince1970: Double(relay.updatedAtNanoseconds) / 1e9))
         printLine("relay     \(relay.host) (group \(relay.group)): \(state), as of \(updated)")
+        let transport =
+          relay.pollIntervalSeconds.map { "poll, every " + String(format: "%g s", $0) } ?? (relay.transport ?? "notify")
+        printLine("            transport: \(transport)")
         let reads = (relay.formatsRead ?? [1]).map(String.init).joined(separator: ", ")
         printLine(
           "            version \(relay.relayVersion ?? "1 (from before log formats)"), reads log formats \(reads)"
