@@ -26,8 +26,12 @@ struct BenchScaleModel: Codable {
     /// A relay's CPU per entry applied, µs (net of its idle), at the
     /// largest size: runs on each host, in parallel.
     var relayPerAppliedEntry: Double?
-    /// The notify lock's hold per notifying commit, µs (pgbench, fsync on).
+    /// The notify lock's hold per notifying commit, µs (pgbench, fsync on,
+    /// the INSERT and pg_notify in one transaction: the design before relay
+    /// 4), and the commits a second with the wake-up apart (relay 4: its
+    /// own transaction, synchronous_commit off), the notify transport's cap.
     var lockHoldMicros: Double?
+    var wakeApartCommitsPerSecond: Double?
     var pollIntervalSeconds: Double?
   }
 
@@ -64,15 +68,19 @@ struct BenchScaleModel: Codable {
         + "write rate is commits a second over the whole server, sparse (one commit per shipment)",
       "server CPU = H x idle per host + rate x (fixed + perHost x H), coefficients fitted over the measured sizes, net "
         + "of idle; PgBouncer's CPU is not counted (it may run elsewhere; measured beside)",
-      "notify: a notifying commit holds the notify lock through its commit (WAL flush), so notifying commits are "
-        + "capped at 1 / hold server-wide (pgbench, fsync on); poll: no NOTIFY on the shipping path",
-      "latency floor: notify = lock hold + the server waking H listeners on one core (perHost x H) + one relay's "
+      "notify: a notifying commit holds the notify lock through its commit, WAL flush included, so shipments that "
+        + "notify in their own transaction are capped at 1 / hold server-wide (pgbench (b), fsync on); relay 4 sends "
+        + "the wake-up apart (its own transaction, synchronous_commit off), capped at pgbench (c); poll: a group "
+        + "whose members all poll sends no wake-up, no lock",
+      "latency floor: notify = one wake-up commit (1 / pgbench (c)) + the server's per-host work on one core "
+        + "(perHost x H: the listeners woken, and each relay's reads and writes for the entry) + one relay's "
         + "apply; poll = interval / 2 (one host) or the interval (the last of many) + one poll + one relay's apply; "
         + "the hosts' own local delivery (~0.5 ms) comes on top",
       "connections: notify = one session (or more, as measured) per relay; poll = the pool's server connections, "
         + "whatever H (max_connections 100 by default)",
     ]
     let hold = result.locks.first { $0.fsync }?.holdMicros
+    let apart = result.locks.first { $0.fsync }?.insertThenNotifyPerSecond
     for transport in ["notify", "poll"] {
       let all = result.points.filter { $0.transport == transport }
       guard !all.isEmpty else { continue }
@@ -91,6 +99,7 @@ struct BenchScaleModel: Codable {
         c.connectionsFixed = points.compactMap { $0.poolerServers ?? $0.serverConnections }.max()
       } else {
         c.lockHoldMicros = hold
+        c.wakeApartCommitsPerSecond = apart
         c.connectionsPerHost = Self.mean(points.compactMap { p in p.serverConnections.map { Double($0) / Double(p.hosts) } })
       }
       coefficients.append(c)
@@ -101,15 +110,15 @@ struct BenchScaleModel: Codable {
         let cores = (idleCPU + Self.writeRate * perShipment) / 1e6
         var maxRate = max(0, (1e6 - idleCPU) / perShipment)
         var bound = "server CPU"
-        if transport == "notify", let hold, 1e6 / hold < maxRate {
-          maxRate = 1e6 / hold
+        if transport == "notify", let apart, apart < maxRate {
+          maxRate = apart
           bound = "notify lock"
         }
         let apply = (c.relayPerAppliedEntry ?? 0) / 1000
         let floor: Double
         let last: Double
         if transport == "notify" {
-          floor = ((hold ?? 0) + c.serverPerShipmentPerHost * h) / 1000 + apply
+          floor = (1e6 / (apart ?? 1e6) + c.serverPerShipmentPerHost * h) / 1000 + apply
           last = floor
         } else {
           let poll = (c.serverPerPoll ?? 0) / 1000

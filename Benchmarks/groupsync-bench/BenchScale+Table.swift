@@ -50,6 +50,7 @@ extension BenchTable {
           + String(format: "%.2f", c.serverPerShipmentPerHost) + " x H us; idle \(us(c.serverIdlePerHostPerSecond)) us/s per host"
           + (c.serverPerPoll.map { "; \(us($0)) us per poll" } ?? "")
           + (c.lockHoldMicros.map { "; lock hold \(us($0)) us" } ?? "")
+          + (c.wakeApartCommitsPerSecond.map { "; wake-up apart \(BenchFormat.count($0))/s" } ?? "")
           + (c.connectionsPerHost.map { String(format: "; %.2f connections per host", $0) } ?? "")
           + (c.connectionsFixed.map { "; \($0) pooled connections" } ?? ""))
       }
