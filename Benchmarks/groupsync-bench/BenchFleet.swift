@@ -308,14 +308,20 @@ extension BenchRunner {
       })
   }
 
-  /// The PID of the PostgreSQL server behind `conninfo` (a unix socket
-  /// folder: its `.s.PGSQL.PORT.lock` names the postmaster).
-  static func serverPostmaster(_ conninfo: String) -> Int32? {
+  /// The `key=value` pairs of a libpq connection string (no quoting).
+  static func conninfoSettings(_ conninfo: String) -> [String: String] {
     var settings: [String: String] = [:]
     for pair in conninfo.split(separator: " ") {
       let parts = pair.split(separator: "=", maxSplits: 1)
       if parts.count == 2 { settings[String(parts[0])] = String(parts[1]) }
     }
+    return settings
+  }
+
+  /// The PID of the PostgreSQL server behind `conninfo` (a unix socket
+  /// folder: its `.s.PGSQL.PORT.lock` names the postmaster).
+  static func serverPostmaster(_ conninfo: String) -> Int32? {
+    let settings = conninfoSettings(conninfo)
     guard let host = settings["host"], host.hasPrefix("/"),
       let lock = BenchProc.read("\(host)/.s.PGSQL.\(settings["port"] ?? "5432").lock")
     else { return nil }

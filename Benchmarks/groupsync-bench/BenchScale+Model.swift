@@ -49,6 +49,8 @@ struct BenchScaleModel: Codable {
     /// The latency floor to a host, p50, ms; and to the last host.
     var latencyFloorMs: Double
     var latencyLastHostMs: Double
+    /// Poll: the interval at which the hosts' empty polls take half a core.
+    var pollIntervalForHalfCoreSeconds: Double?
   }
 
   var assumptions: [String]
@@ -130,7 +132,8 @@ struct BenchScaleModel: Codable {
         rows.append(
           Row(transport: transport, hosts: hosts, writeRate: Self.writeRate, serverCores: cores,
               connections: connections, maxWriteRate: maxRate, bound: bound, latencyFloorMs: floor,
-              latencyLastHostMs: last))
+              latencyLastHostMs: last,
+              pollIntervalForHalfCoreSeconds: c.serverPerPoll.map { h * $0 / 0.5e6 }))
       }
     }
     for hosts in Self.sizes {

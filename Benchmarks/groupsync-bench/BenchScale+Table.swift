@@ -55,11 +55,13 @@ extension BenchTable {
           + (c.connectionsFixed.map { "; \($0) pooled connections" } ?? ""))
       }
       row([("transport", 10), ("H", 6), ("cores at \(Int(BenchScaleModel.writeRate))/s", 14), ("conns", 7),
-           ("max commits/s", 14), ("bound", 12), ("latency floor ms", 17), ("to the last ms", 15)])
+           ("max commits/s", 14), ("bound", 12), ("latency floor ms", 17), ("to the last ms", 15),
+           ("poll s for idle <= 0.5 core", 27)])
       for r in model.rows {
         row([(r.transport, 10), (String(r.hosts), 6), (String(format: "%.2f", r.serverCores), 14), (String(r.connections), 7),
              (BenchFormat.count(r.maxWriteRate), 14), (r.bound, 12), (String(format: "%.1f", r.latencyFloorMs), 17),
-             (String(format: "%.1f", r.latencyLastHostMs), 15)])
+             (String(format: "%.1f", r.latencyLastHostMs), 15),
+             (r.pollIntervalForHalfCoreSeconds.map { String(format: "%.2f", $0) } ?? "-", 27)])
       }
       for pick in model.picks { line("      pick: \(pick)") }
       for assumption in model.assumptions { line("      - \(assumption)") }

@@ -400,11 +400,7 @@ struct ScalePooler {
   var adminConninfo: String { "host=\(folder) port=\(port) user=postgres dbname=pgbouncer" }
 
   static func start(folder: String, conninfo: String, poolSize: Int) throws -> ScalePooler {
-    var settings: [String: String] = [:]
-    for pair in conninfo.split(separator: " ") {
-      let parts = pair.split(separator: "=", maxSplits: 1)
-      if parts.count == 2 { settings[String(parts[0])] = String(parts[1]) }
-    }
+    let settings = BenchRunner.conninfoSettings(conninfo)
     guard let host = settings["host"], host.hasPrefix("/") else {
       throw BenchError("the poll transport's pooler needs the server on a unix socket (host=/folder in the conninfo)")
     }
