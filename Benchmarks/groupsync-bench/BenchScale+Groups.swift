@@ -21,8 +21,8 @@ extension BenchRunner {
     defer { for fleet in fleets { fleet.stop() } }
     for fleet in fleets { try fleet.grow(to: hosts, timeout: 120) }
     let (busy, idle) = (fleets[0], fleets[1])
-    // One commit through the busy group first: its relays past start-up.
-    _ = try busy.lastHostLatencies(samples: 1, warmUps: 2)
+    // A few commits through each group first: every relay past start-up.
+    for fleet in fleets { _ = try fleet.lastHostLatencies(samples: 1, warmUps: 2) }
     func idleGroupNs() -> Int64 { idle.relays.reduce(0) { $0 + (BenchProc.cpuNanoseconds(pid: $1.pid) ?? 0) } }
     func idleWindow() -> Double {
       let (start, cpu) = (BenchClock.monotonic(), idleGroupNs())
@@ -49,7 +49,8 @@ extension BenchRunner {
     let quiet = (quiet1 + quiet2) / 2
     let groups = BenchScaleResult.Groups(
       hostsPerGroup: hosts, busyCommitsPerSecond: Double(count) / busySeconds, busyCommits: count,
-      windowSeconds: window, idleGroupCPUPerSecondBothIdle: quiet, idleGroupCPUPerSecondOtherBusy: busyCPU,
+      windowSeconds: window, idleGroupCPUPerSecondBothIdle: quiet, idleGroupCPUPerSecondBefore: quiet1,
+      idleGroupCPUPerSecondAfter: quiet2, idleGroupCPUPerSecondOtherBusy: busyCPU,
       ratio: quiet > 0 ? busyCPU / quiet : nil)
     log(String(format: "scale: two groups of %d hosts: the idle group's relays %.0f us/s while both idle, %.0f us/s "
                  + "while the other commits %.0f/s: %.2f x", hosts, quiet, busyCPU, groups.busyCommitsPerSecond,

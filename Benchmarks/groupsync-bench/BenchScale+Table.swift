@@ -39,8 +39,9 @@ extension BenchTable {
       }
     }
     if let g = s.groups {
-      line(String(format: "    Two groups of %d hosts: the idle group's relays %.0f us/s while both idle, %.0f us/s while the other"
-                    + " commits %.0f/s: %@ x (target <= 1.2)", g.hostsPerGroup, g.idleGroupCPUPerSecondBothIdle,
+      line(String(format: "    Two groups of %d hosts: the idle group's relays %.0f us/s while both idle (%.0f before, %.0f after),"
+                    + " %.0f us/s while the other commits %.0f/s: %@ x (target <= 1.2)", g.hostsPerGroup,
+                  g.idleGroupCPUPerSecondBothIdle, g.idleGroupCPUPerSecondBefore, g.idleGroupCPUPerSecondAfter,
                   g.idleGroupCPUPerSecondOtherBusy, g.busyCommitsPerSecond, g.ratio.map { String(format: "%.2f", $0) } ?? "-"))
     }
     if let model = s.model {

@@ -77,7 +77,10 @@ struct BenchScaleResult: Codable {
     var busyCommitsPerSecond: Double
     var busyCommits: Int
     var windowSeconds: Double
+    /// The mean of two windows with both idle, before and after the busy one.
     var idleGroupCPUPerSecondBothIdle: Double
+    var idleGroupCPUPerSecondBefore: Double
+    var idleGroupCPUPerSecondAfter: Double
     var idleGroupCPUPerSecondOtherBusy: Double
     /// Busy over both idle; target ≤ 1.2.
     var ratio: Double?
@@ -124,7 +127,6 @@ extension BenchRunner {
 
     let limits = try ScaleLimits.raise(runner: self, conninfo: conninfo, hosts: settings.sizes.max()!)
     defer {
-      try? setServerFsync(conninfo, on: false)
       results.scale?.limits = limits.restore()
       log("scale: limits restored: \(results.scale?.limits.joined(separator: "; ") ?? "")")
     }
@@ -295,12 +297,18 @@ extension BenchRunner {
 /// The limits 128 hosts need, raised for the phase and put back after it,
 /// whatever happened: the kernel's inotify instances per user (every relay
 /// and listener holds one) and the server's `max_connections` (every
-/// notify relay holds a session; a restart).
-final class ScaleLimits {
+/// notify relay holds a session; a restart); and the server's `fsync`,
+/// which the phase turns on and off, left off.
+final class ScaleLimits: @unchecked Sendable {
+  // @unchecked: every mutable field is read and written under `lock`
+  // (restore runs on the phase's thread, or on a signal's queue).
+  private let lock = NSLock()
+  private var signalSources: [DispatchSourceSignal] = []
   private let runner: BenchRunner
   private let conninfo: String
   private var inotifyBefore: Int?
   private var maxConnectionsBefore: Int?
+  private var fsyncRestored = false
   private(set) var raised: [String] = []
   private static let inotifyPath = "/proc/sys/fs/inotify/max_user_instances"
 
@@ -335,12 +343,42 @@ final class ScaleLimits {
         throw error
       }
     }
+    limits.restoreOnSignals()
     return limits
   }
 
-  /// Puts every raised limit back; says what it did.
+  /// SIGINT or SIGTERM during the phase (Ctrl-C on `make bench`): the
+  /// limits put back, then the exit the signal would have made.
+  private func restoreOnSignals() {
+    for number in [SIGINT, SIGTERM] {
+      signal(number, SIG_IGN)
+      let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+      source.setEventHandler { [self] in
+        for line in restore() { FileHandle.standardError.write(Data("groupsync-bench: scale: \(line)\n".utf8)) }
+        // The signal is blocked for the dispatch source: exit as it would.
+        _exit(128 + number)
+      }
+      source.resume()
+      signalSources.append(source)
+    }
+  }
+
+  /// Puts every raised limit back (once); says what it did.
   func restore() -> [String] {
+    lock.lock()
+    defer { lock.unlock() }
+    if !signalSources.isEmpty {
+      for source in signalSources { source.cancel() }
+      signalSources = []
+      signal(SIGINT, SIG_DFL)
+      signal(SIGTERM, SIG_DFL)
+    }
     var done: [String] = []
+    if !fsyncRestored {
+      // The phase turns the server's fsync on and off: off, as it was.
+      fsyncRestored = true
+      if (try? runner.setServerFsync(conninfo, on: false)) == nil { done.append("the server's fsync NOT set back to off") }
+    }
     if let before = inotifyBefore {
       done.append("fs.inotify.max_user_instances back to \(before)" + (Self.sysctl(before) ? "" : ": FAILED"))
       inotifyBefore = nil
