@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 CONFIG ?= debug
 BIN = .build/$(CONFIG)/groupsync
 
-.PHONY: help deps deps-libpq deps-postgres deps-test demo-hosts build legacy-relay docs test check test-c test-swift test-asan test-tsan demo lib install install-check bench bench-quick bench-peers bench-scale bench-tools pg-start clean
+.PHONY: help deps deps-libpq deps-postgres deps-test demo-hosts build legacy-relay docs test check test-c test-swift test-asan test-tsan check-poll demo lib install install-check bench bench-quick bench-peers bench-scale bench-tools pg-start clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -34,11 +34,12 @@ deps-postgres: deps-libpq ## Install PostgreSQL (and libpq-dev) with apt-get if 
 # The terminal tests (query --live, status --watch) drive a real terminal
 # through tmux; the relay's network tests put hosts in network namespaces
 # with iproute2's `ip`; the TLS test makes its certificate authority with
-# the openssl tool. Without them those tests would be skipped.
-deps-test: deps-postgres ## Install tmux, iproute2 and openssl (and PostgreSQL) for the tests if missing
-	@if [ ! -x /usr/bin/tmux ] || [ ! -x /usr/sbin/ip ] || [ ! -x /usr/bin/openssl ]; then \
-	  echo "installing tmux iproute2 openssl"; \
-	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y tmux iproute2 openssl; \
+# the openssl tool; the poll transport's tests put a PgBouncer in front of
+# their servers. Without them those tests would be skipped.
+deps-test: deps-postgres ## Install tmux, iproute2, openssl and PgBouncer (and PostgreSQL) for the tests if missing
+	@if [ ! -x /usr/bin/tmux ] || [ ! -x /usr/sbin/ip ] || [ ! -x /usr/bin/openssl ] || [ ! -x /usr/sbin/pgbouncer ]; then \
+	  echo "installing tmux iproute2 openssl pgbouncer"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y tmux iproute2 openssl pgbouncer; \
 	fi
 	@# Every listener and relay process holds an inotify instance (libuv's
 	@# fs-events); the tests run hundreds side by side, and two runs at once
@@ -114,11 +115,21 @@ LINE_TABLES = -Xswiftc -gline-tables-only -Xcc -gline-tables-only
 BUILD_TESTS = $(call build_tests,)
 TEST_BUNDLE = debug/GroupSyncPackageTests.xctest --testing-library swift-testing
 RUN_TESTS = env NO_COLOR=1 GROUPSYNC_LEGACY_RELAY=$(LEGACY_RELAY) .build/$(TEST_BUNDLE)
+# The relay's suites of delivery, catch-up, conflicts, rules, references,
+# formats, upgrades, failover and network faults once more with every
+# relay on the poll transport, through a PgBouncer in transaction mode in
+# front of each test's server (GROUPSYNC_TEST_TRANSPORT=poll; the
+# transports' own suite runs in every pass).
+POLL_RELAY_SUITES = GroupSyncRelayTests\.(RelayTests|RelayMergeTests|RelayFailoverTests|RelayNetworkTests|RelayFailureTests|RelayUpgradeTests|RelayFleetUpgradeTests|RelayRuleTests|RelayReferenceTests|RelayFormatTests)/
+RUN_POLL_TESTS = env GROUPSYNC_TEST_TRANSPORT=poll $(RUN_TESTS) --filter '$(POLL_RELAY_SUITES)'
 check: deps deps-test legacy-relay ## The edit-test loop: the Swift tests, plain (no sanitizer, no docs, no install; ~3 min warm)
 	$(BUILD_TESTS)
 	$(RUN_TESTS) --skip $(RELAY_TESTS)
 	$(RUN_TESTS) --filter $(RELAY_TESTS)
 test-swift: check
+check-poll: deps deps-test legacy-relay ## The relay's suites once more on the poll transport, through PgBouncer (~2 min)
+	$(BUILD_TESTS)
+	$(RUN_POLL_TESTS)
 
 # The sanitizer passes make their tests' folders (stores, inboxes, hosts,
 # PostgreSQL data directories) on a tmpfs where there is one: what they
@@ -180,20 +191,22 @@ test-tsan: deps deps-test legacy-relay ## Run the Swift tests under ThreadSaniti
 TEST_REPORT = .build/test-report
 TIMED = TEST_REPORT=$(TEST_REPORT) TEST_SLOTS=$(TEST_JOBS) Scripts/timed.sh
 TEST_JOBS ?= 6
-test: deps deps-test ## Run every test: the docs (warnings are errors), C under ASan, Swift (plain, ASan, TSan), install
+test: deps deps-test ## Run every test: the docs (warnings are errors), C under ASan, Swift (plain, the relay on the poll transport, ASan, TSan), install
 	@rm -rf $(TEST_REPORT) $(filter $(SANITIZER_SCRATCH)/%,$(SANITIZER_TMPDIR)) && mkdir -p $(TEST_REPORT)
 	@status=0; $(MAKE) --no-print-directory -j$(TEST_JOBS) -k --output-sync=target test-phases || status=$$?; \
 	  rm -rf $(filter $(SANITIZER_SCRATCH)/%,$(SANITIZER_TMPDIR)); Scripts/test-summary.sh $(TEST_REPORT); exit $$status
 
-PHASES = build legacy plain-core plain-relay docs c install asan-build asan-core asan-relay tsan-build tsan-core tsan-relay
+PHASES = build legacy plain-core plain-relay poll-relay docs c install asan-build asan-core asan-relay tsan-build tsan-core tsan-relay
 .PHONY: test-phases $(addprefix phase-,$(PHASES))
-test-phases: phase-plain-core phase-plain-relay phase-tsan-core phase-tsan-relay phase-asan-core phase-asan-relay phase-install phase-c
+test-phases: phase-plain-core phase-plain-relay phase-poll-relay phase-tsan-core phase-tsan-relay phase-asan-core phase-asan-relay phase-install phase-c
 phase-build:
 	@$(TIMED) build bash -c '$(BUILD_TESTS)'
 phase-plain-core: phase-build
 	@$(TIMED) plain-core $(RUN_TESTS) --skip $(RELAY_TESTS)
 phase-plain-relay: phase-build phase-legacy
 	@$(TIMED) plain-relay $(RUN_TESTS) --filter $(RELAY_TESTS)
+phase-poll-relay: phase-build phase-legacy
+	@$(TIMED) poll-relay $(RUN_POLL_TESTS)
 phase-docs: phase-build
 	@$(TIMED) docs $(MAKE) --no-print-directory docs
 phase-install: phase-docs

@@ -44,7 +44,7 @@ struct RelayAccessTests {
   }
 
   /// A shipment of one row image, `through` the local sequence given.
-  private static func shipment(_ through: Int64, gid: String, retention: Int64? = nil) -> SharedLog.Shipment {
+  static func shipment(_ through: Int64, gid: String, retention: Int64? = nil) -> SharedLog.Shipment {
     SharedLog.Shipment(
       through: through, body: "{\"entry\":\(through)}", format: .v1, retention: retention,
       winners: [.init(table: "note", gid: gid, base: 0, columns: "[\"title\"]", data: "[\"t\"]")], conflicts: [])
@@ -265,6 +265,30 @@ struct RelayAccessTests {
       let payloads = try listener.notifications().map(\.payload)
       #expect(build == .legacy ? !payloads.isEmpty : payloads.isEmpty, "\(payloads.prefix(3))")
       #expect(payloads.allSatisfy { $0.hasPrefix("app/main:") && !$0.contains("\n") }, "\(payloads.prefix(3))")
+    }
+  }
+
+  /// The server refuses the host's role a session (its connection limit):
+  /// the relay names the limit and what to do in `groupsync status`, backs
+  /// off without giving up, and once the limit is raised connects and
+  /// ships what was committed meanwhile.
+  @Test func aRoleOverItsConnectionLimitIsToldAndRetried() async throws {
+    try await PostgresServer.with { server in
+      try await Self.setUp(server, group: "app", ["web-1"])
+      _ = try server.query("ALTER ROLE \"web-1\" CONNECTION LIMIT 0")
+      let root = try HostsFolder()
+      let host = try await GroupHost("web-1", root: root.path, conninfo: Self.conninfo(server, as: "web-1"))
+      try await host.exec(["INSERT INTO note(title) VALUES ('waited')"])
+      try await host.startRelay(waitConnected: false)
+      try await waitUntil("the refusal is told") {
+        host.relayStatus()?.lastError?.contains("the role has as many connections as it may") == true
+      }
+      let status = try await Executables.groupsync(["status", host.folder])
+      #expect(status.contains("ALTER ROLE … CONNECTION LIMIT") && status.contains("--transport poll"), "\(status)")
+      #expect(host.events("failed").isEmpty)
+      _ = try server.query("ALTER ROLE \"web-1\" CONNECTION LIMIT -1")
+      try await waitUntil("the relay connects and ships") { host.events("shipped").count >= 1 }
+      #expect(try server.query("SELECT count(*) FROM gs_change WHERE grp = 'app'") == [["1"]])
     }
   }
 

@@ -52,10 +52,37 @@ import Testing
   /// own store; the other host, which had applied them, finds the log
   /// diverged and re-synchronises. Both say so (`resync` events naming the
   /// loss), and every replica ends equal to the new log, nothing missing.
-  @Test func aFailoverThatLosesEntriesIsDetectedAndSettled() async throws {
+  ///
+  /// Also behind a pooler that hides the failover: two poll relays
+  /// connected to a PgBouncer in front of the primary, which is pointed
+  /// at the promoted standby while their connections to it stay. No
+  /// session of theirs ends, so no reconnect reads the places back: the
+  /// shipping host learns of the loss from its next shipment (the server's
+  /// shipped place below the one it had acknowledged), the other from its
+  /// next read of the log.
+  @Test(arguments: [false, true])
+  func aFailoverThatLosesEntriesIsDetectedAndSettled(behindAPooler: Bool) async throws {
     try await StandbyPair.with { pair in
+      guard behindAPooler else { return try await Self.losesEntries(pair, conninfo: pair.conninfo) {} }
+      let (socket, primary, standby) = (pair.folder, StandbyPair.Server.primary.port, StandbyPair.Server.standby.port)
+      try await PgBouncer.with(host: socket, port: primary) { bouncer in
+        try await Self.losesEntries(pair, conninfo: bouncer.conninfo, transport: "poll") {
+          try bouncer.retarget(host: socket, port: standby)
+        }
+      }
+    }
+  }
+
+  /// ``aFailoverThatLosesEntriesIsDetectedAndSettled(behindAPooler:)`` with
+  /// relays connecting with `conninfo` on `transport` (nil: the tests'),
+  /// `promoted` run once the standby is promoted.
+  private static func losesEntries(
+    _ pair: StandbyPair, conninfo: String, transport: String? = nil, promoted: () throws -> Void
+  ) async throws {
       let root = try HostsFolder()
-      let (a, b) = try await Self.hostsOnPair(pair, root: root)
+      let a = try await GroupHost("a", root: root.path, conninfo: conninfo)
+      let b = try await GroupHost("b", root: root.path, conninfo: conninfo)
+      if let transport { (a.transport, b.transport) = (transport, transport) }
       try await a.startRelay()
       try await b.startRelay()
       try await a.exec(["INSERT INTO note(title, body, n) VALUES ('kept-' || hex(randomblob(4)), 'kept', 0)"], repeat: 10)
@@ -75,6 +102,7 @@ import Testing
       #expect(try pair.query("SELECT count(*) FROM gs_change WHERE body LIKE '%lost-%'", on: .standby)
         .first?.first == "0", "the standby was meant to miss the last entries")
       try await pair.promoteStandby()
+      try promoted()
       // Both hosts write on after the failover too.
       try await b.exec(["INSERT INTO note(title, body) VALUES ('b-after', 'after')"])
       let content = try await waitForConvergence([a, b], timeout: .seconds(120)) { try Self.head(pair) }
@@ -92,6 +120,5 @@ import Testing
       let live = try pair.query("SELECT count(*) FROM gs_row WHERE data IS NOT NULL", conninfo: pair.conninfo)
       #expect(live.first?.first == "15")
       withExtendedLifetime(root) {}
-    }
   }
 }

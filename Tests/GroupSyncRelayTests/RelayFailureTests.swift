@@ -325,11 +325,17 @@ import Glibc
       }
       #expect(again.status == 1 && again.stderr.contains("relays/a.lock is held"))
       let twin = try await GroupHost("twin", root: root.path, server: server)
+      // Of the same transport as a: its guard is the session's advisory
+      // lock (notify) or the host's lease (poll), which outlives a killed
+      // relay for its duration.
+      let poll = a.transport == "poll"
       let impostor = try ChildProcess(
         executable: Executables.groupsync,
-        arguments: ["relay", twin.folder, "--postgres", server.conninfo, "--host", "a", "--group", "app"])
+        arguments: ["relay", twin.folder, "--postgres", twin.conninfo, "--host", "a", "--group", "app"]
+          + (poll ? ["--transport", "poll", "--poll-interval", "0.05"] : []))
       defer { impostor.signal(SIGKILL); _ = impostor.finish(timeout: 10) }
-      try await waitUntil("the twin is refused by the server") { impostor.stdout.contains("advisory lock held") }
+      let refusal = poll ? "another relay holds the host's lease" : "advisory lock held"
+      try await waitUntil("the twin is refused by the server") { impostor.stdout.contains(refusal) }
       #expect(!impostor.stdout.contains("\"connected\""))
       try await a.killRelay()
       try await waitUntil("the twin takes over") { impostor.stdout.contains("\"connected\"") }

@@ -96,6 +96,13 @@ import Glibc
       let legacyShip = try server.query(shipSource)
       #expect(legacyShip == [[SharedSchema.functions[0].source]], "the legacy relay's gs_ship is version 1's, verbatim")
 
+      // What relays before version 4 are woken by: their channel, which
+      // names the group and store, and on which this build ships too
+      // while such a relay is a member.
+      let spy = SharedLog(try server.connect())
+      try spy.listen(on: [SharedLog.legacyChannel])
+      let spyReplica = SharedLog.Replica(group: "app", store: "main", host: "spy")
+      var legacyWakes: [Int64] = []
       let writers = try Writers(hosts, folder: root.path)
       var steps: [String] = []
       /// Pauses the writers, waits for the replicas to agree, checks that
@@ -115,8 +122,17 @@ import Glibc
           let invalid = host.eventLines.filter { $0.contains("invalid entry") }
           #expect(invalid.isEmpty, "\(label): \(host.name): \(invalid)")
         }
+        legacyWakes += try spy.notifications().compactMap { SharedLog.Hint.parseLegacy($0.payload, for: spyReplica)?.position }
         steps.append(label)
         writers.resume()
+      }
+      /// The hosts whose entries were told on the legacy channel.
+      func wokeOlderRelays() throws -> [String] {
+        let positions = "{" + legacyWakes.map(String.init).joined(separator: ",") + "}"
+        return try server.query(
+          "SELECT DISTINCT origin_host FROM gs_change WHERE grp = 'app' AND seq = ANY($1::bigint[]) ORDER BY 1",
+          [positions]
+        ).compactMap { $0[0] }
       }
       func run(_ host: GroupHost, _ build: RelayBuild) async throws {
         try await host.stopRelay()
@@ -127,7 +143,13 @@ import Glibc
       try await step("all on the relay before versions")
       // The first host upgraded migrates the server forward under the others.
       try await run(a, .current)
+      // What a's legacy relay shipped before it stopped is told by now.
+      try spy.connection.execute("SELECT 1")
+      _ = try spy.notifications()
+      legacyWakes = []
       try await step("a upgraded")
+      // a, upgraded, wakes b and c, still before versions, on their channel.
+      #expect(try wokeOlderRelays().contains("a"), "\(legacyWakes.count) wake-ups")
       #expect(try server.query("SELECT version, serves_from FROM gs_schema") == [[String(SharedSchema.version), "1"]])
       #expect(try server.query(shipSource) == legacyShip, "gs_ship, which the older relays use, was replaced")
       // An older relay (re)connects to the migrated server and works on.

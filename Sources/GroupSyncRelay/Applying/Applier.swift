@@ -128,7 +128,9 @@ struct Applier {
       expected += 1
     }
     if let reason = Self.divergence(place: context.place.current, head: head, purged: purged, entryAtPlace: atPlace) {
-      try resync(log, reason: reason, diverged: true)
+      // Not found by a recovery: the places are read back first.
+      context.divergence = reason
+      context.placesInDoubt = true
       return nil
     }
     if applied < purged {

@@ -24,7 +24,7 @@ public struct RelayVersion: Sendable, Equatable, Codable {
   /// reads it; relay 2 reads and writes format 1 and announces it; relay 1
   /// (every relay from before formats were versioned) announced nothing,
   /// and reads format 1 only. A member's version number also says which
-  /// channel it listens on (``SharedLog/wakesStatement(group:host:)``).
+  /// channel it listens on (below 4: the legacy one, `gs_changes`).
   public static let current = RelayVersion(
     name: "4", reads: [.v1, .v2], newestWritten: .newest, serverSchema: SharedSchema.version)
 

@@ -61,6 +61,11 @@ final class ReplicaContext: @unchecked Sendable {
   /// Set when the log lost this host's shipments (found on connecting):
   /// the next pass re-synchronises as after a divergence.
   var divergence: String?
+  /// Set when a read of the log found it diverged while the session lived
+  /// on (a pooler hid a failover from it): this host's places are read
+  /// back (the relay's recovery) before the store re-synchronises, so
+  /// that shipments the log lost ship again instead of being taken back.
+  var placesInDoubt = false
   /// Set when an entry changed columns of a row this host does not have:
   /// the next pass re-synchronises from the rows' current images.
   var resyncReason: String?

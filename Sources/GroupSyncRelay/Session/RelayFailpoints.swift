@@ -19,6 +19,8 @@ import Glibc
 /// - `gate-before-apply:PATH`: before each local transaction that applies
 ///   log entries, wait while the file PATH exists, having printed
 ///   `groupsync-relay: failpoint gate-before-apply` once per wait.
+/// - `no-wake-ups:1`: shipments wake no one, as if every wake-up were
+///   lost (the relay died between the shipment's commit and its wake-up's).
 final class RelayFailpoints: @unchecked Sendable {
   static let variable = "GROUPSYNC_RELAY_FAILPOINT"
 
@@ -26,9 +28,12 @@ final class RelayFailpoints: @unchecked Sendable {
   private var shipmentsLeftBeforeKill: Int?
   private var stallSeconds: Double?
   private let applyGate: String?
+  /// Whether shipments send no wake-up.
+  let sendsNoWakeUps: Bool
 
   init(_ text: String? = ProcessInfo.processInfo.environment[RelayFailpoints.variable]) {
     var applyGate: String?
+    var sendsNoWakeUps = false
     if let text {
       let parts = text.split(separator: ":", maxSplits: 1).map(String.init)
       if parts.count == 2 {
@@ -36,11 +41,13 @@ final class RelayFailpoints: @unchecked Sendable {
         case "kill-after-ship-commit": shipmentsLeftBeforeKill = Int(parts[1])
         case "stall-in-shipment": stallSeconds = Double(parts[1])
         case "gate-before-apply": applyGate = parts[1]
+        case "no-wake-ups": sendsNoWakeUps = parts[1] == "1"
         default: break
         }
       }
     }
     self.applyGate = applyGate
+    self.sendsNoWakeUps = sendsNoWakeUps
   }
 
   /// Counts a shipment whose COMMIT returned; SIGKILLs the process at the

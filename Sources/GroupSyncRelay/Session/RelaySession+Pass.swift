@@ -36,12 +36,7 @@ extension RelaySession {
       // An older member came or went: listen on the legacy channel or not.
       try listen(log)
     }
-    if log.leaseHolder != nil, ContinuousClock.now - leaseRenewed >= configuration.leaseDuration / 3 {
-      try log.renewLease(
-        group: configuration.group, host: configuration.host, holder: leaseHolder,
-        duration: configuration.leaseDuration)
-      leaseRenewed = .now
-    }
+    try renewLeaseIfDue(log)
     // A store whose log diverged re-synchronises before anything ships, so
     // that shipments carry positions the log holds.
     for context in contexts where context.divergence != nil && context.formatHold == nil {
@@ -70,6 +65,16 @@ extension RelaySession {
       emit(.formatHeld(store: store, position: position, format: format.rawValue, readers: format.readers))
       try log.recordHold(context.replica, at: position)
     }
+  }
+
+  /// Renews the host's lease (the poll transport) once a third of it went
+  /// by: at every pass, and between the batches of a long catch-up.
+  func renewLeaseIfDue(_ log: SharedLog) throws {
+    guard log.leaseHolder != nil, ContinuousClock.now - leaseRenewed >= configuration.leaseDuration / 3 else { return }
+    try log.renewLease(
+      group: configuration.group, host: configuration.host, holder: leaseHolder,
+      duration: configuration.leaseDuration)
+    leaseRenewed = .now
   }
 
   /// Takes the group's format the server last told: the stores write the
@@ -157,13 +162,18 @@ extension RelaySession {
         var stopped = false
         try holding(context, log) {
           while try Applier(context: context).apply(log) {
-            if isStopping {
-              stopped = true
+            if isStopping || context.placesInDoubt {
+              stopped = isStopping
               return
             }
+            try renewLeaseIfDue(log)
           }
         }
         if stopped { return .done }
+        if context.placesInDoubt {
+          context.placesInDoubt = false
+          return .recover(.logDiverged(store: context.storeName, reason: context.divergence ?? "the log diverged"))
+        }
       } catch where Self.isLocal(error) {
         refused = refused ?? error
       }

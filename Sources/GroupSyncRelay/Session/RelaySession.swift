@@ -192,12 +192,15 @@ final class RelaySession: @unchecked Sendable {
 
   private func run() {
     var backoff = ReconnectBackoff(maximum: configuration.maximumReconnectDelay)
+    var refusalBackoff = ReconnectBackoff(
+      first: ServerRefusal.minimumBackoff, maximum: ServerRefusal.maximumBackoff, jitter: true)
     var lastError: String?
     while !isStopping {
       if log == nil {
         do {
           try connect()
           backoff.reset()
+          refusalBackoff.reset()
           lastError = nil
           logger.info("connected to PostgreSQL as host '\(configuration.host)' of group '\(configuration.group)'")
           emit(.connected(host: configuration.host))
@@ -208,7 +211,8 @@ final class RelaySession: @unchecked Sendable {
             giveUp(error)
             break
           }
-          let text = "\(error)"
+          let refusal = ServerRefusal(error)
+          let text = refusal.map(\.description) ?? "\(error)"
           if text != lastError {
             logger.warning("not connected to PostgreSQL: \(text)")
             emit(.disconnected(reason: text))
@@ -216,7 +220,7 @@ final class RelaySession: @unchecked Sendable {
           lastError = text
           reporter.show(error: text)
           refreshStatus(force: true)
-          waitForWake(backoff.next())
+          waitForWake(refusal == nil ? backoff.next() : refusalBackoff.next())
           continue
         }
       }
@@ -285,6 +289,7 @@ final class RelaySession: @unchecked Sendable {
         conninfo: configuration.conninfo, timeouts: configuration.timeouts,
         applicationName: "groupsync-relay \(host)", stop: stopSignal,
         preparesStatements: configuration.preparesStatements && transport == .notify))
+    log.sendsWakeUps = !failpoints.sendsNoWakeUps
     try log.configureSession(timeouts: configuration.timeouts)
     try log.prepareAccess(group: group, host: host)
     switch transport {

@@ -38,6 +38,9 @@ extension SharedLog {
     let winners: [Winner]
     /// The conflicts settled, each with its record as JSON.
     let conflicts: [(record: ConflictRecord, json: String)]
+    /// The shipped place this host last learned the server holds (nil: no
+    /// check): a server below it lost shipments (``ShipOutcome/serverBehind(shipped:)``).
+    var shippedBefore: Int64? = nil
   }
 
   /// ``beginShipment(_:targets:)``'s statements, prepared once per session.
@@ -79,6 +82,10 @@ extension SharedLog {
     /// host wrote on: nothing was written; settle it
     /// (``beginShipment(_:targets:)``) and ship again, settled.
     case rowsMoved
+    /// The server's shipped place for this host is `shipped`, below what
+    /// it had acknowledged (``Shipment/shippedBefore``): it lost shipments
+    /// (a failover, a restored backup). Nothing was written.
+    case serverBehind(shipped: Int64)
   }
 
   /// ``ship(_:_:settled:)``'s call, prepared once per session.
@@ -88,7 +95,7 @@ extension SharedLog {
     SELECT outcome, pos, group_format FROM gs_ship_3($1, $2, $3, $4::bigint, $5, $6::bigint,
       $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[],
       $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::boolean, $19::smallint,
-      $20::uuid)
+      $20::uuid, $21::bigint)
     """)
 
   /// Ships in one statement, `gs_ship_3`: unless `settled`, it locks this
@@ -125,7 +132,7 @@ extension SharedLog {
         shipment.winners.map(\.columns), shipment.winners.map(\.data),
         conflicts.map(\.table), conflicts.map(\.gid), conflicts.map(\.rule.rawValue), conflicts.map(\.winnerHost),
         conflicts.map(\.loserHost), shipment.conflicts.map(\.json), settled, shipment.format.rawValue,
-        leaseHolder?.uuidString,
+        leaseHolder?.uuidString, shipment.shippedBefore,
       ])
     let wakes = wakeStatements(replica, through: shipment.through, body: shipment.body)
     let rows =
@@ -145,6 +152,7 @@ extension SharedLog {
     case "shipped": return .shipped(position: position)
     case "already": return .alreadyShipped(through: position)
     case "moved": return .rowsMoved
+    case "behind": return .serverBehind(shipped: position)
     case "lease":
       throw RelayError.relayAlreadyRunning(
         host: replica.host, group: replica.group, where: "another relay took the host's lease over")

@@ -82,7 +82,7 @@ extension SharedLog {
   /// relay's own read of the log after a quiet ``RelayConfiguration/pollInterval``
   /// or a reconnect.
   func wakeStatements(_ replica: Replica, through: Int64, body: String) -> [Statement] {
-    guard let channel = wakes.channel, let tag = tags[replica.store] else { return [] }
+    guard sendsWakeUps, let channel = wakes.channel, let tag = tags[replica.store] else { return [] }
     var statements: [Statement] = []
     let origin: [any PostgresBindable] = [replica.group, replica.store, replica.host, through]
     if wakes.listeners {

@@ -67,6 +67,8 @@ final class SharedLog {
   var tags: [String: String] = [:]
   /// The channels the session listens on.
   var listening: Set<String> = []
+  /// Off only for tests of a lost wake-up (``RelayFailpoints``).
+  var sendsWakeUps = true
   /// The host's lease this relay holds (the poll transport), which every
   /// shipment checks on the server; nil: the session's advisory lock
   /// guards the host instead.

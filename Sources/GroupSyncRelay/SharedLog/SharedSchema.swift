@@ -247,7 +247,7 @@ enum SharedSchema {
 
   static let ship3Signature =
     "gs_ship_3(text, text, text, bigint, text, bigint, text[], text[], bigint[], text[], text[], "
-    + "text[], text[], text[], text[], text[], text[], boolean, smallint, uuid)"
+    + "text[], text[], text[], text[], text[], text[], boolean, smallint, uuid, bigint)"
 
   /// `gs_ship_2` without the notification, and fenced by the host's lease:
   /// the wake-up goes in a transaction of its own after the shipment
@@ -256,12 +256,16 @@ enum SharedSchema {
   /// commit's flush. With `p_lease`, a relay of the poll transport ships
   /// only while `gs_peer` names it the host's lease holder ('lease': it
   /// lost the lease to another relay of the host, nothing was written).
+  /// With `p_known`, the shipped place the relay last learned the server
+  /// holds: a server found below it lost shipments it had acknowledged
+  /// ('behind': a failover that a pooler hid from the relay's session,
+  /// nothing was written; the relay recovers and ships them again).
   static let ship3 = shipFunction(version: 3)
 
   /// The text of `gs_ship_2` (`version` 2, byte for byte as it shipped:
   /// relays compare it with the server's) or `gs_ship_3`.
   private static func shipFunction(version: Int) -> String {
-    let (name, leaseParameter) = version == 2 ? ("gs_ship_2", "") : ("gs_ship_3", ", p_lease uuid")
+    let (name, leaseParameter) = version == 2 ? ("gs_ship_2", "") : ("gs_ship_3", ", p_lease uuid, p_known bigint")
     let leaseCheck =
       version == 2
       ? ""
@@ -273,6 +277,16 @@ enum SharedSchema {
         END IF;
 
       """
+    let knownCheck =
+      version == 2
+      ? ""
+      : """
+            IF v_shipped < p_known THEN
+              RETURN QUERY SELECT 'behind'::text, v_shipped, v_group;
+              RETURN;
+            END IF;
+
+        """
     let notify =
       version == 2
       ? """
@@ -310,7 +324,7 @@ enum SharedSchema {
           RETURN QUERY SELECT 'already'::text, v_shipped, v_group;
           RETURN;
         END IF;
-        -- One primary-key lookup per row, whatever the planner thinks of
+    \(knownCheck)    -- One primary-key lookup per row, whatever the planner thinks of
         -- the table's size, in (table, global ID) order.
         SELECT coalesce(bool_or(r.seq > w.base), false) INTO v_moved
         FROM (SELECT DISTINCT u.tbl, u.gid, u.base FROM unnest(w_tbl, w_gid, w_base) AS u(tbl, gid, base)

@@ -13,6 +13,9 @@ extension Shipper {
     /// PostgreSQL already had it (shipped by a relay killed before it
     /// could record so here): its place is `shipped`.
     case alreadyShipped(shipped: Int64)
+    /// The server's shipped place is `shipped`, below the one this host
+    /// last learned: the log lost shipments it had acknowledged.
+    case serverBehind(shipped: Int64)
   }
 
   /// One shipment, in one round trip when no row it writes moved on in
@@ -52,10 +55,11 @@ extension Shipper {
       context.trace?.encoded = RelayTrace.now()
       let shipment = SharedLog.Shipment(
         through: plan.through, body: body, format: format, retention: context.retention, winners: winners,
-        conflicts: [])
+        conflicts: [], shippedBefore: context.place.current.lastShipment)
       switch try log.ship(context.replica, shipment, settled: false) {
       case .shipped(let position): return .shipped(position: position, entry: entry, bytes: body.utf8.count, caughtUp: [])
       case .alreadyShipped(let through): return .alreadyShipped(shipped: through)
+      case .serverBehind(let shipped): return .serverBehind(shipped: shipped)
       case .rowsMoved: break
       }
     }
@@ -71,6 +75,10 @@ extension Shipper {
       if opening.shippedPlace >= plan.through {
         log.rollBackQuietly()
         return .alreadyShipped(shipped: opening.shippedPlace)
+      }
+      if opening.shippedPlace < context.place.current.lastShipment {
+        log.rollBackQuietly()
+        return .serverBehind(shipped: opening.shippedPlace)
       }
       var current: [RowKey: SharedLog.CurrentRow] = [:]
       for row in opening.rows { current[RowKey(table: row.table, gid: row.gid)] = row }
@@ -95,7 +103,7 @@ extension Shipper {
         settled: true)
       guard case .shipped(let position) = shipped else {
         throw RelayError.unexpectedAnswer(
-          statement: "gs_ship_2", problem: "a settled shipment of store '\(context.storeName)' was refused (\(shipped))")
+          statement: "gs_ship_3", problem: "a settled shipment of store '\(context.storeName)' was refused (\(shipped))")
       }
       for index in entry.conflicts.indices { entry.conflicts[index].sequence = position }
       return .shipped(position: position, entry: entry, bytes: body.utf8.count, caughtUp: caughtUp)

@@ -76,6 +76,11 @@ struct Shipper {
       // A relay killed after COMMIT: catch up from the log (Relay does it
       // on every connect), then ship what is left.
       return .recover(.alreadyShipped(store: context.storeName, through: shipped))
+    case .serverBehind(let shipped):
+      // The server changed under a session that lived on (a pooler keeps
+      // the client's connection across a failover): read the places back.
+      return .recover(
+        .serverBehind(store: context.storeName, server: shipped, here: context.place.current.lastShipment))
     case .shipped(let position, let entry, let bytes, let caughtUp):
       // The instant a kill finds the server ahead of this store.
       let shipped = context.trace == nil ? 0 : RelayTrace.now()

@@ -71,6 +71,9 @@ final class GroupHost: @unchecked Sendable {
   let name: String
   let folder: String
   var policy = "last-writer-wins"
+  /// The relay's `--transport` (this build's relay only; the legacy
+  /// relays notify): ``PostgresServer/testTransport`` unless a test says.
+  var transport = PostgresServer.testTransport
   /// More `--policy` rules (`TABLE=POLICY`, `TABLE.COLUMN=POLICY`) and
   /// `--whole-rows` tables (this build's relay only).
   var rules: [String] = []
@@ -89,6 +92,9 @@ final class GroupHost: @unchecked Sendable {
   /// Relations declared to the relay (`--reference`).
   var references: [String] = []
   var conninfo: String
+  /// The server itself, not a pooler in front of it: where a legacy
+  /// relay (LISTEN, an advisory lock: a session of its own) connects.
+  var directConninfo: String
   /// The relay's connection options (nil: `--postgres` ``conninfo``;
   /// empty: libpq's environment alone).
   var postgresArguments: [String]?
@@ -110,12 +116,14 @@ final class GroupHost: @unchecked Sendable {
   convenience init(_ name: String, root: String, server: PostgresServer, schema: String = GroupHost.schema)
     async throws
   {
-    try await self.init(name, root: root, conninfo: server.conninfo, schema: schema)
+    try await self.init(name, root: root, conninfo: server.relayConninfo ?? server.conninfo, schema: schema)
+    directConninfo = server.conninfo
   }
 
   init(_ name: String, root: String, conninfo: String, schema: String = GroupHost.schema) async throws {
     self.name = name
     self.conninfo = conninfo
+    directConninfo = conninfo
     folder = root + "/" + name + "/app"
     try FileManager.default.createDirectory(atPath: root + "/" + name, withIntermediateDirectories: true)
     let schemaFile = root + "/\(name)-schema.sql"
@@ -132,8 +140,13 @@ final class GroupHost: @unchecked Sendable {
   /// Starts this host's relay (`groupsync relay`, which runs
   /// `groupsync-relay`) and waits until it says it started.
   func startRelay(environment extra: [String: String] = [:], waitConnected: Bool = true) async throws {
-    var arguments = [folder] + (postgresArguments ?? ["--postgres", conninfo])
-    arguments += ["--host", name, "--policy", policy, "--poll-interval", "0.2"] + build.arguments
+    var arguments = [folder] + (postgresArguments ?? ["--postgres", build == .legacy ? directConninfo : conninfo])
+    arguments += ["--host", name, "--policy", policy] + build.arguments
+    if build != .legacy && transport == "poll" {
+      arguments += ["--transport", "poll", "--poll-interval", "0.05"]
+    } else {
+      arguments += ["--poll-interval", "0.2"]
+    }
     for rule in rules { arguments += ["--policy", rule] }
     for table in wholeRows { arguments += ["--whole-rows", table] }
     if let retention { arguments += ["--retention", String(retention)] }

@@ -44,6 +44,16 @@ final class PostgresServer: @unchecked Sendable {
 
   var conninfo: String { "host=\(folder) port=\(port) user=postgres dbname=postgres connect_timeout=5" }
 
+  /// What relays started by ``GroupHost/init(_:root:server:schema:)``
+  /// connect with: ``conninfo``, or under `GROUPSYNC_TEST_TRANSPORT=poll`
+  /// a ``PgBouncer`` in transaction mode in front of the server.
+  private(set) var relayConninfo: String?
+
+  /// The transport the tests' relays use: `GROUPSYNC_TEST_TRANSPORT`
+  /// (`make test` runs the relay's delivery, catch-up, conflict, failover
+  /// and network suites once more with `poll`), else notify.
+  static let testTransport = ProcessInfo.processInfo.environment["GROUPSYNC_TEST_TRANSPORT"] ?? "notify"
+
   /// Runs `body` with a fresh server, stopped whatever happens.
   static func with<T>(_ body: (PostgresServer) async throws -> T) async throws -> T {
     try await with(options: Options(), body)
@@ -57,7 +67,15 @@ final class PostgresServer: @unchecked Sendable {
     let server = try await Executables.onThread { try PostgresServer(options: options) }
     do {
       try await Executables.onThread { try server.start() }
-      let result = try await body(server)
+      let result =
+        if testTransport == "poll" {
+          try await PgBouncer.with(server) { bouncer in
+            server.relayConninfo = bouncer.conninfo
+            return try await body(server)
+          }
+        } else {
+          try await body(server)
+        }
       try await Executables.onThread { server.destroy() }
       return result
     } catch {
