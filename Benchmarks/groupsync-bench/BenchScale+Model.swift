@@ -7,7 +7,7 @@ import Foundation
 /// the coefficients measured at 32 to 128 hosts.
 struct BenchScaleModel: Codable {
   struct Coefficients: Codable {
-    var transport: String
+    var transport: BenchScaleResult.Transport
     /// Whether they come from the fsync-on points (else fsync off).
     var fsync: Bool
     /// Server CPU per shipment = fixed + perHost × H, µs (least squares
@@ -36,7 +36,7 @@ struct BenchScaleModel: Codable {
   }
 
   struct Row: Codable {
-    var transport: String
+    var transport: BenchScaleResult.Transport
     var hosts: Int
     /// Server CPU at `writeRate` commits a second (all groups), in cores.
     var writeRate: Double
@@ -83,7 +83,7 @@ struct BenchScaleModel: Codable {
     ]
     let hold = result.locks.first { $0.fsync }?.holdMicros
     let apart = result.locks.first { $0.fsync }?.insertThenNotifyPerSecond
-    for transport in ["notify", "poll"] {
+    for transport in BenchScaleResult.Transport.allCases {
       let all = result.points.filter { $0.transport == transport }
       guard !all.isEmpty else { continue }
       let onPoints = all.filter { $0.fsync }
@@ -95,7 +95,7 @@ struct BenchScaleModel: Codable {
         transport: transport, fsync: !onPoints.isEmpty, serverPerShipmentFixed: fit.fixed,
         serverPerShipmentPerHost: fit.perHost, serverIdlePerHostPerSecond: idle,
         relayPerAppliedEntry: largest?.relayCPUPerAppliedEntryNet)
-      if transport == "poll" {
+      if transport == .poll {
         c.pollIntervalSeconds = pollInterval
         c.serverPerPoll = idle * pollInterval
         c.connectionsFixed = points.compactMap { $0.poolerServers ?? $0.serverConnections }.max()
@@ -112,14 +112,14 @@ struct BenchScaleModel: Codable {
         let cores = (idleCPU + Self.writeRate * perShipment) / 1e6
         var maxRate = max(0, (1e6 - idleCPU) / perShipment)
         var bound = "server CPU"
-        if transport == "notify", let apart, apart < maxRate {
+        if transport == .notify, let apart, apart < maxRate {
           maxRate = apart
           bound = "notify lock"
         }
         let apply = (c.relayPerAppliedEntry ?? 0) / 1000
         let floor: Double
         let last: Double
-        if transport == "notify" {
+        if transport == .notify {
           floor = (1e6 / (apart ?? 1e6) + c.serverPerShipmentPerHost * h) / 1000 + apply
           last = floor
         } else {
@@ -127,7 +127,7 @@ struct BenchScaleModel: Codable {
           floor = pollInterval * 1000 / 2 + poll + apply
           last = pollInterval * 1000 + poll + apply
         }
-        let connections = transport == "notify"
+        let connections = transport == .notify
           ? Int((c.connectionsPerHost ?? 1) * h) : (c.connectionsFixed ?? 0)
         rows.append(
           Row(transport: transport, hosts: hosts, writeRate: Self.writeRate, serverCores: cores,
@@ -137,8 +137,8 @@ struct BenchScaleModel: Codable {
       }
     }
     for hosts in Self.sizes {
-      let notify = rows.first { $0.transport == "notify" && $0.hosts == hosts }
-      let poll = rows.first { $0.transport == "poll" && $0.hosts == hosts }
+      let notify = rows.first { $0.transport == .notify && $0.hosts == hosts }
+      let poll = rows.first { $0.transport == .poll && $0.hosts == hosts }
       switch (notify, poll) {
       case (let n?, let p?):
         if n.connections > 500 {

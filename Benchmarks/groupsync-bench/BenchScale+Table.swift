@@ -16,11 +16,12 @@ extension BenchTable {
     row([("transport", 10), ("H", 4), ("fsync", 6), ("n", 4), ("p50 ms", 8), ("p99 ms", 8), ("server/ship", 12),
          ("idle/host", 10), ("conns", 14), ("RSS MB", 12), ("apply", 8), ("bouncer", 8), ("s", 5)])
     for p in s.points {
-      row([(p.transport, 10), (String(p.hosts), 4), (p.fsync ? "on" : "off", 6), (String(p.latency.n), 4),
+      let pooled = p.poolerClients.map { " (\($0)/\(p.poolerServers ?? 0))" } ?? ""
+      let connections = (p.serverConnections.map(String.init) ?? "-") + pooled
+      row([(p.transport.rawValue, 10), (String(p.hosts), 4), (p.fsync ? "on" : "off", 6), (String(p.latency.n), 4),
            (ms(p.latency.p50), 8), (ms(p.latency.p99), 8), (us(p.serverCPUPerShipmentNet), 12),
            (us(p.serverIdleCPUPerHostPerSecond), 10),
-           ((p.serverConnections.map(String.init) ?? "-")
-              + (p.poolerClients.map { " (\($0)/\(p.poolerServers ?? 0))" } ?? ""), 14),
+           (connections, 14),
            (String(format: "%.1f / %.1f", p.relayRSSMeanKB / 1024, Double(p.relayRSSMaxKB) / 1024), 12),
            (us(p.relayCPUPerAppliedEntryNet), 8), (us(p.poolerCPUPerShipmentNet), 8),
            (String(format: "%.0f", p.wallSeconds), 5)])
@@ -59,7 +60,7 @@ extension BenchTable {
            ("max commits/s", 14), ("bound", 12), ("latency floor ms", 17), ("to the last ms", 15),
            ("poll s for idle <= 0.5 core", 27)])
       for r in model.rows {
-        row([(r.transport, 10), (String(r.hosts), 6), (String(format: "%.2f", r.serverCores), 14), (String(r.connections), 7),
+        row([(r.transport.rawValue, 10), (String(r.hosts), 6), (String(format: "%.2f", r.serverCores), 14), (String(r.connections), 7),
              (BenchFormat.count(r.maxWriteRate), 14), (r.bound, 12), (String(format: "%.1f", r.latencyFloorMs), 17),
              (String(format: "%.1f", r.latencyLastHostMs), 15),
              (r.pollIntervalForHalfCoreSeconds.map { String(format: "%.2f", $0) } ?? "-", 27)])

@@ -13,8 +13,16 @@ import Glibc
 /// groups, one busy, one idle; and a model to 1,000 hosts from the
 /// server-side coefficients.
 struct BenchScaleResult: Codable {
+  /// How the relays learn of each other's shipments (`--transport`).
+  enum Transport: String, Codable, CaseIterable {
+    /// A session per relay, LISTENing on the group's channel.
+    case notify
+    /// The log read by position every interval, through PgBouncer.
+    case poll
+  }
+
   struct Point: Codable {
-    var transport: String
+    var transport: Transport
     var hosts: Int
     var fsync: Bool
     /// Poll transport: seconds between a relay's reads of the log.
@@ -142,7 +150,7 @@ extension BenchRunner {
         conninfo: conninfo, relay: relay, hosts: settings.groupHosts, window: settings.groupWindow)
     } catch { errors.append("two groups: \(error)") }
     // 3. Both transports at every size, fsync off and on.
-    for transport in ["notify", "poll"] {
+    for transport in BenchScaleResult.Transport.allCases {
       do { try scaleTransport(transport, conninfo: conninfo, relay: relay, settings: settings) } catch {
         log("scale: \(transport) FAILED: \(error)")
         errors.append("\(transport) transport: \(error)")
@@ -161,14 +169,14 @@ extension BenchRunner {
     return (help.stdout + help.stderr).contains("--transport")
   }
 
-  private func scaleTransport(_ transport: String, conninfo: String, relay: String, settings: ScaleSettings) throws {
+  private func scaleTransport(_ transport: BenchScaleResult.Transport, conninfo: String, relay: String, settings: ScaleSettings) throws {
     let hasTransports = relayHasTransports(relay)
     var relayConninfo = conninfo
     var pooler: ScalePooler?
     defer { pooler?.stop() }
     var arguments: [String]
     switch transport {
-    case "poll":
+    case .poll:
       guard hasTransports else {
         throw BenchError(
           "\(relay) has no --transport option: the poll transport is not in this build, so it was not measured")
@@ -177,7 +185,7 @@ extension BenchRunner {
         folder: options.workFolder + "/scale/pgbouncer", conninfo: conninfo, poolSize: settings.poolSize)
       relayConninfo = pooler!.conninfo
       arguments = ["--transport", "poll", "--poll-interval", String(settings.pollInterval), "--no-prepared-statements"]
-    default:
+    case .notify:
       arguments = (hasTransports ? ["--transport", "notify"] : []) + ["--poll-interval", "1"]
     }
     let fleet = BenchRelayFleet(
@@ -189,7 +197,7 @@ extension BenchRunner {
       let growStart = BenchClock.monotonic()
       try fleet.grow(to: hosts, timeout: 180)
       try fleet.waitConverged(timeout: 120)
-      log(String(format: "scale: %@: %d hosts up and caught up in %.1f s", transport, hosts,
+      log(String(format: "scale: %@: %d hosts up and caught up in %.1f s", transport.rawValue, hosts,
                  Double(BenchClock.monotonic() - growStart) / 1e9))
       for fsync in [false, true] {
         try setServerFsync(conninfo, on: fsync)
@@ -202,14 +210,14 @@ extension BenchRunner {
   }
 
   private func scalePoint(
-    _ fleet: BenchRelayFleet, transport: String, fsync: Bool, pooler: ScalePooler?, conninfo: String,
+    _ fleet: BenchRelayFleet, transport: BenchScaleResult.Transport, fsync: Bool, pooler: ScalePooler?, conninfo: String,
     settings: ScaleSettings
   ) throws -> BenchScaleResult.Point {
     let start = BenchClock.monotonic()
     let hosts = fleet.count
     let (folders, relays) = (fleet.folders, fleet.relays)
     // Commits at no fixed phase of the pollers' cycles: a random gap.
-    let jitter = transport == "poll" ? Int(settings.pollInterval * 1000) : 20
+    let jitter = transport == .poll ? Int(settings.pollInterval * 1000) : 20
     var before: FleetSnapshot?
     var poolerBefore: Int64?
     var serverBefore: Int64?
@@ -272,7 +280,7 @@ extension BenchRunner {
 
     let point = BenchScaleResult.Point(
       transport: transport, hosts: hosts, fsync: fsync,
-      pollIntervalSeconds: transport == "poll" ? settings.pollInterval : nil,
+      pollIntervalSeconds: transport == .poll ? settings.pollInterval : nil,
       latency: BenchStats(nanoseconds: latencies), sparse: sparse,
       serverCPUPerShipment: sparseServer.flatMap { shipped > 0 ? $0 / shipped : nil },
       serverCPUPerShipmentNet: net(sparseServer, idlePerSecond: serverIdlePerSecond),
