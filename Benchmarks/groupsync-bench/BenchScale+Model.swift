@@ -68,8 +68,9 @@ struct BenchScaleModel: Codable {
         + "shipment wakes only its group's members, so perHost x H becomes perHost x the group's size",
       "the server has one core for GroupSync and its CPU is the bound (2 cores here, shared with the relays); the "
         + "write rate is commits a second over the whole server, sparse (one commit per shipment)",
-      "server CPU = H x idle per host + rate x (fixed + perHost x H), coefficients fitted over the measured sizes, net "
-        + "of idle; PgBouncer's CPU is not counted (it may run elsewhere; measured beside)",
+      "server CPU = H x idle per host + rate x (fixed + perHost x H), coefficients fitted over the measured sizes "
+        + "(poll: net of idle); PgBouncer's CPU is not counted (it may run elsewhere; measured beside); for notify the "
+        + "idle term (quiet reads) stops while commits flow, so counting it over-states notify at high rates",
       "notify: a notifying commit holds the notify lock through its commit, WAL flush included, so shipments that "
         + "notify in their own transaction are capped at 1 / hold server-wide (pgbench (b), fsync on); relay 4 sends "
         + "the wake-up apart (its own transaction, synchronous_commit off), capped at pgbench (c); poll: a group "

@@ -30,11 +30,14 @@ struct BenchScaleResult: Codable {
     /// From host 0 asking to commit a one-row insert to the last of the
     /// other hosts' listeners receiving it, sparse commits, µs.
     var latency: BenchStats
+    /// The same samples in the order taken, ms.
+    var latencySamplesMs: [Double]
     /// The latency run (one commit per entry): relays' and server's CPU.
     var sparse: BenchFleetResult.Cost
     /// The server's CPU per shipped entry, µs (schedstat: the postmaster
     /// and its live children): all of it over the latency run, and net of
-    /// what it spends idle (idle rate × the run's seconds).
+    /// what it spends idle (poll: idle rate × the run's seconds; notify:
+    /// nothing, its relays' quiet reads stop while commits flow).
     var serverCPUPerShipment: Double?
     var serverCPUPerShipmentNet: Double?
     /// PgBouncer's CPU per shipped entry, µs, net of its idle rate (poll).
@@ -199,6 +202,9 @@ extension BenchRunner {
       try fleet.waitConverged(timeout: 120)
       log(String(format: "scale: %@: %d hosts up and caught up in %.1f s", transport.rawValue, hosts,
                  Double(BenchClock.monotonic() - growStart) / 1e9))
+      if transport == .notify && hosts == settings.sizes.first {
+        try settleWakeUps(fleet)
+      }
       for fsync in [false, true] {
         try setServerFsync(conninfo, on: fsync)
         let point = try scalePoint(
@@ -206,6 +212,33 @@ extension BenchRunner {
         results.scale?.points.append(point)
       }
       try setServerFsync(conninfo, on: false)
+    }
+  }
+
+  /// Commits on host 0 until one reaches every host within half a second
+  /// (at most 30 s). A relay reads which members listen when it announces
+  /// itself, and again at its format check (every 10 s): host 0's, started
+  /// with the others, may have found none listening yet and send no wake-up
+  /// until then; the hosts learn of its shipments at their quiet read
+  /// (`--poll-interval 1`), about 1.2 s after each commit.
+  private func settleWakeUps(_ fleet: BenchRelayFleet) throws {
+    let start = BenchClock.monotonic()
+    var slow = 0
+    while true {
+      let latency = try fleet.lastHostLatencies(samples: 1, warmUps: 0, timeout: 30)[0]
+      if latency < 500_000_000 { break }
+      slow += 1
+      guard BenchClock.monotonic() - start < 30_000_000_000 else {
+        throw BenchError("notify: commits still took \(latency / 1_000_000) ms to the last host 30 s after the fleet started")
+      }
+    }
+    if slow > 0 {
+      let note = String(
+        format: "notify: %d commits right after the fleet started took over 0.5 s to the last host (woken by the "
+          + "relays' quiet read, not by a wake-up: host 0's relay had not yet seen a listening member), for %.1f s; "
+          + "measured after", slow, Double(BenchClock.monotonic() - start) / 1e9)
+      results.scale?.notes.append(note)
+      log("scale: " + note)
     }
   }
 
@@ -258,18 +291,24 @@ extension BenchRunner {
     if let idlePooler = micros(idlePoolerBefore, idlePoolerAfter) { poolerIdlePerSecond = idlePooler / idle.seconds }
 
     let shipped = Double(sparse.shippedEntries)
+    // A poll relay reads the log every interval whether or not anyone
+    // writes: its idle rate goes on under the commits and comes off. A
+    // notify relay reads it only after a quiet second, which commits every
+    // few ms never leave: nothing comes off.
+    let idleGoesOn = transport == .poll
     func net(_ total: Double?, idlePerSecond: Double?) -> Double? {
       guard let total, let idlePerSecond, shipped > 0 else { return nil }
-      return (total - idlePerSecond * sparse.seconds) / shipped
+      return (total - (idleGoesOn ? idlePerSecond * sparse.seconds : 0)) / shipped
     }
     let poolerNet = net(micros(poolerBefore, poolerAfter), idlePerSecond: poolerIdlePerSecond)
-    // Another relay's CPU per entry applied, net of its idle rate.
+    // Another relay's CPU per entry applied, net of its idle rate (poll).
     var applierNet: Double?
     let others = 1..<hosts
     let otherApplied = others.reduce(0) { $0 + after.relays[$1].applied - before!.relays[$1].applied }
     if otherApplied > 0 {
       let ticks = others.reduce(Int64(0)) { $0 + after.relays[$1].cpuTicks - before!.relays[$1].cpuTicks }
-      applierNet = (Double(ticks) * 10_000 - relayIdlePerHost * Double(hosts - 1) * sparse.seconds) / Double(otherApplied)
+      let idle = idleGoesOn ? relayIdlePerHost * Double(hosts - 1) * sparse.seconds : 0
+      applierNet = (Double(ticks) * 10_000 - idle) / Double(otherApplied)
     }
 
     // Connections, on the server and through the pooler.
@@ -281,7 +320,8 @@ extension BenchRunner {
     let point = BenchScaleResult.Point(
       transport: transport, hosts: hosts, fsync: fsync,
       pollIntervalSeconds: transport == .poll ? settings.pollInterval : nil,
-      latency: BenchStats(nanoseconds: latencies), sparse: sparse,
+      latency: BenchStats(nanoseconds: latencies),
+      latencySamplesMs: latencies.map { (Double($0) / 1e4).rounded() / 100 }, sparse: sparse,
       serverCPUPerShipment: sparseServer.flatMap { shipped > 0 ? $0 / shipped : nil },
       serverCPUPerShipmentNet: net(sparseServer, idlePerSecond: serverIdlePerSecond),
       poolerCPUPerShipmentNet: poolerNet, idleSeconds: idle.seconds, serverIdleCPUPerSecond: serverIdlePerSecond,
