@@ -11,7 +11,8 @@ struct BenchScaleModel: Codable {
     /// Whether they come from the fsync-on points (else fsync off).
     var fsync: Bool
     /// Server CPU per shipment = fixed + perHost × H, µs (least squares
-    /// over the measured sizes, net of the idle rate): for notify, perHost
+    /// over the measured sizes, from the steady runs, poll's net of its
+    /// idle rate): for notify, perHost
     /// is a listener woken; for poll, a host reading the entry.
     var serverPerShipmentFixed: Double
     var serverPerShipmentPerHost: Double
@@ -89,7 +90,9 @@ struct BenchScaleModel: Codable {
       guard !all.isEmpty else { continue }
       let onPoints = all.filter { $0.fsync }
       let points = onPoints.isEmpty ? all : onPoints
-      let fit = Self.fit(points.compactMap { p in p.serverCPUPerShipmentNet.map { (Double(p.hosts), $0) } })
+      let fit = Self.fit(points.compactMap { p in
+        (p.serverCPUPerShipmentSteady ?? p.serverCPUPerShipmentNet).map { (Double(p.hosts), $0) }
+      })
       let idle = Self.mean(points.compactMap(\.serverIdleCPUPerHostPerSecond)) ?? 0
       let largest = points.max { $0.hosts < $1.hosts }
       var c = Coefficients(

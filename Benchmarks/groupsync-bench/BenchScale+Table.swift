@@ -9,18 +9,19 @@ extension BenchTable {
     line("2e. Scale (issue 40): H hosts on this machine in one group, notify (a session per relay, LISTEN) beside poll")
     line("    (the log read by position every interval, through PgBouncer in transaction pooling mode), fsync off and on.")
     line("    latency = host 0 asking to commit one row -> the last of the other H-1 hosts' listeners, sparse, ms; on 2 cores")
-    line("    the time to the 128th host is mostly scheduling. server/ship = the server's CPU per shipment (poll: net of its")
-    line("    idle rate, as its polls go on under the commits; notify: all of it, its quiet reads stop), us; idle/host = the")
+    line("    the time to the 128th host is mostly scheduling. server/ship = the server's CPU per shipment, in the latency run")
+    line("    (sparse) and while host 0 commits 10 a second (steady; poll: net of its idle rate, as its polls go on under the")
+    line("    commits; notify: all of it, its quiet reads stop), us; idle/host = the")
     line("    server's CPU per second per host, nobody writing, us; conns = client backends (poll: PgBouncer's clients /")
     line("    server connections); RSS = relays' VmRSS mean / max, MB; apply = another relay's CPU per entry applied (poll:")
     line("    net of idle), us; bouncer = PgBouncer's CPU per shipment (net of idle), us.")
-    row([("transport", 10), ("H", 4), ("fsync", 6), ("n", 4), ("p50 ms", 8), ("p99 ms", 8), ("server/ship", 12),
+    row([("transport", 10), ("H", 4), ("fsync", 6), ("n", 4), ("p50 ms", 8), ("p99 ms", 8), ("server/ship sparse / steady", 28),
          ("idle/host", 10), ("conns", 14), ("RSS MB", 12), ("apply", 8), ("bouncer", 8), ("s", 5)])
     for p in s.points {
       let pooled = p.poolerClients.map { " (\($0)/\(p.poolerServers ?? 0))" } ?? ""
       let connections = (p.serverConnections.map(String.init) ?? "-") + pooled
       row([(p.transport.rawValue, 10), (String(p.hosts), 4), (p.fsync ? "on" : "off", 6), (String(p.latency.n), 4),
-           (ms(p.latency.p50), 8), (ms(p.latency.p99), 8), (us(p.serverCPUPerShipmentNet), 12),
+           (ms(p.latency.p50), 8), (ms(p.latency.p99), 8), ("\(us(p.serverCPUPerShipmentNet)) / \(us(p.serverCPUPerShipmentSteady))", 28),
            (us(p.serverIdleCPUPerHostPerSecond), 10),
            (connections, 14),
            (String(format: "%.1f / %.1f", p.relayRSSMeanKB / 1024, Double(p.relayRSSMaxKB) / 1024), 12),

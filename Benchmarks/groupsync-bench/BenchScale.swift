@@ -42,6 +42,12 @@ struct BenchScaleResult: Codable {
     var serverCPUPerShipmentNet: Double?
     /// PgBouncer's CPU per shipped entry, µs, net of its idle rate (poll).
     var poolerCPUPerShipmentNet: Double?
+    /// The same from a steady run: host 0 commits `steadyCommitsPerSecond`
+    /// for a few seconds, until every host has every row: more shipments
+    /// against the same idle rate, so less noise (the model's figure).
+    var steadyCommitsPerSecond: Double?
+    var steadyShipments: Int?
+    var serverCPUPerShipmentSteady: Double?
     /// Nobody writing for `idleSeconds`: the server's CPU per second, and
     /// per second per host (µs); the relays' per host; PgBouncer's.
     var idleSeconds: Double
@@ -119,13 +125,15 @@ extension BenchRunner {
     var lockSeconds: Int
     var groupHosts: Int
     var groupWindow: Double
+    var steadyRate: Double
+    var steadySeconds: Double
 
     static let full = ScaleSettings(
       sizes: [32, 64, 128], samples: 25, warmUps: 5, idleSeconds: 3, pollInterval: 0.25, poolSize: 8, lockSeconds: 4,
-      groupHosts: 8, groupWindow: 4)
+      groupHosts: 8, groupWindow: 4, steadyRate: 10, steadySeconds: 3)
     static let quick = ScaleSettings(
       sizes: [8, 16], samples: 8, warmUps: 3, idleSeconds: 1, pollInterval: 0.25, poolSize: 4, lockSeconds: 1,
-      groupHosts: 4, groupWindow: 1.5)
+      groupHosts: 4, groupWindow: 1.5, steadyRate: 10, steadySeconds: 1)
   }
 
   func scale() throws {
@@ -311,6 +319,26 @@ extension BenchRunner {
       applierNet = (Double(ticks) * 10_000 - idle) / Double(otherApplied)
     }
 
+    // Steady: host 0 commits at a steady rate, then every host catches up.
+    let steadyBefore = fleetSnapshot(relays, folders: folders, hosts: hosts)
+    let steadyServerBefore = Self.serverCPUNanoseconds(conninfo)
+    let steadyStart = BenchClock.monotonic()
+    for index in 0..<Int(settings.steadyRate * settings.steadySeconds) {
+      try fleet.groups[0].store.write { db in
+        try db.execute(sql: "INSERT INTO item(host, body, stamp) VALUES (0, 's', 0)")
+      }
+      BenchClock.sleep(untilMonotonic: steadyStart + Int64(Double(index + 1) / settings.steadyRate * 1e9))
+    }
+    try fleet.waitConverged(timeout: 60)
+    let steady = fleetCost(from: steadyBefore, to: fleetSnapshot(relays, folders: folders, hosts: hosts))
+    var steadyPerShipment: Double?
+    if let total = micros(steadyServerBefore, Self.serverCPUNanoseconds(conninfo)), let serverIdlePerSecond,
+      steady.shippedEntries > 0
+    {
+      steadyPerShipment =
+        (total - (idleGoesOn ? serverIdlePerSecond * steady.seconds : 0)) / Double(steady.shippedEntries)
+    }
+
     // Connections, on the server and through the pooler.
     let connections = (try? psql(
       conninfo, "SELECT count(*) - 1 FROM pg_stat_activity WHERE backend_type = 'client backend'")).flatMap { Int($0) }
@@ -324,7 +352,8 @@ extension BenchRunner {
       latencySamplesMs: latencies.map { (Double($0) / 1e4).rounded() / 100 }, sparse: sparse,
       serverCPUPerShipment: sparseServer.flatMap { shipped > 0 ? $0 / shipped : nil },
       serverCPUPerShipmentNet: net(sparseServer, idlePerSecond: serverIdlePerSecond),
-      poolerCPUPerShipmentNet: poolerNet, idleSeconds: idle.seconds, serverIdleCPUPerSecond: serverIdlePerSecond,
+      poolerCPUPerShipmentNet: poolerNet, steadyCommitsPerSecond: settings.steadyRate,
+      steadyShipments: steady.shippedEntries, serverCPUPerShipmentSteady: steadyPerShipment, idleSeconds: idle.seconds, serverIdleCPUPerSecond: serverIdlePerSecond,
       serverIdleCPUPerHostPerSecond: serverIdlePerSecond.map { $0 / Double(hosts) },
       relayIdleCPUPerHostPerSecond: relayIdlePerHost, poolerIdleCPUPerSecond: poolerIdlePerSecond,
       relayCPUPerAppliedEntry: sparse.applierCPUPerEntry, relayCPUPerAppliedEntryNet: applierNet,
@@ -335,7 +364,7 @@ extension BenchRunner {
     log(
       "scale: \(transport), \(hosts) hosts, fsync \(fsync ? "on" : "off"): to the last host p50 "
         + "\(BenchFormat.us(point.latency.p50)) p99 \(BenchFormat.us(point.latency.p99)); server \(us(point.serverCPUPerShipmentNet)) us "
-        + "per shipment (net), idle \(us(point.serverIdleCPUPerHostPerSecond)) us/s per host; \(connections.map(String.init) ?? "-") "
+        + "per shipment (sparse), \(us(steadyPerShipment)) (steady), idle \(us(point.serverIdleCPUPerHostPerSecond)) us/s per host; \(connections.map(String.init) ?? "-") "
         + "connections\(pool.map { " (pooler: \($0.clients) clients, \($0.servers) servers)" } ?? ""); relay RSS "
         + "\(Int(point.relayRSSMeanKB)) kB mean, \(point.relayRSSMaxKB) max; relay \(us(applierNet)) us per applied entry (net)")
     return point
