@@ -122,6 +122,7 @@ extension SharedLog {
     Grant("SELECT", .table("gs_group")),
     Grant("SELECT", .table("gs_schema")),
     Grant("EXECUTE", .function(SharedSchema.ship3Signature)),
+    Grant("EXECUTE", .function(SharedSchema.window4Signature)),
     Grant("EXECUTE", .function(SharedSchema.ship2Signature), onlyForOlderRelays: true),
     Grant("EXECUTE", .function(SharedSchema.advance2Signature)),
     Grant("SELECT", .table("gs_member"), onlyUnderRowSecurity: true),

@@ -36,9 +36,14 @@ extension SharedLog {
   /// In one statement, so one snapshot: the clock row of `replica`'s
   /// store, and at most `limit` entries from position `from` on, with the
   /// bodies of those after `bodiesAfter` (nil when there is no clock row).
+  /// Unprepared (a pooler's session), through `gs_window_4`, whose plan
+  /// the server keeps.
   func window(_ replica: Replica, from: Int64, limit: Int, bodiesAfter: Int64) throws -> Window? {
+    let parameters: [any PostgresBindable] = [replica.group, replica.store, from, limit, bodiesAfter]
     let rows = try exchange([
-      Statement(Self.readWindow, [replica.group, replica.store, from, limit, bodiesAfter])
+      connection.preparesStatements
+        ? Statement(Self.readWindow, parameters)
+        : Statement("SELECT * FROM gs_window_4($1, $2, $3::bigint, $4::integer, $5::bigint)", parameters)
     ])[0]
     guard let clock = rows.first, let head = try clock.decode(Int64?.self, at: 0) else { return nil }
     var entries: [StoredEntry] = []

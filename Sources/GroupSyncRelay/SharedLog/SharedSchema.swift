@@ -81,7 +81,7 @@ enum SharedSchema {
   static var functions: [(signature: String, source: String)] {
     [
       (ship1Signature, body(ship1)), (ship2Signature, body(ship2)), (advance2Signature, body(advance2)),
-      (ship3Signature, body(ship3)),
+      (ship3Signature, body(ship3)), (window4Signature, body(window4)),
     ]
   }
 
@@ -224,7 +224,33 @@ enum SharedSchema {
     "ALTER TABLE gs_peer ADD COLUMN IF NOT EXISTS lease_holder uuid",
     "ALTER TABLE gs_peer ADD COLUMN IF NOT EXISTS lease_until timestamptz",
     ship3,
+    window4,
   ]
+
+  static let window4Signature = "gs_window_4(text, text, bigint, integer, bigint)"
+
+  /// The applier's read of the log (``SharedLog/readWindow``) as a
+  /// function, for sessions that send their statements unprepared (the
+  /// poll transport, through a pooler): PL/pgSQL keeps its query's plan
+  /// per server connection, which a pooler's connections outlive, so a
+  /// poll is not parsed and planned anew every time (measured: 145 against
+  /// 250 us a call, unprepared, one client). The caller's rights, so
+  /// row-level security applies as to the query itself.
+  static let window4 = """
+    CREATE OR REPLACE FUNCTION gs_window_4(
+      p_grp text, p_store text, p_from bigint, p_limit integer, p_bodies_after bigint)
+    RETURNS TABLE(head bigint, purged bigint, pos bigint, origin_host text, origin_seq bigint, body text)
+    LANGUAGE plpgsql STABLE AS $fn$
+    BEGIN
+      RETURN QUERY SELECT k.seq, k.purged_through, c.seq, c.origin_host, c.origin_seq, c.body
+      FROM gs_clock k LEFT JOIN LATERAL (
+        SELECT g.seq, g.origin_host, g.origin_seq, CASE WHEN g.seq > p_bodies_after THEN g.body END AS body
+        FROM gs_change g WHERE g.grp = k.grp AND g.store = k.store AND g.seq >= p_from ORDER BY g.seq
+        LIMIT p_limit) c ON true
+      WHERE k.grp = p_grp AND k.store = p_store;
+    END
+    $fn$
+    """
 
   /// Records the version made, last (never down).
   static let recordVersion = """
