@@ -129,8 +129,8 @@ extension BenchRunner {
     var steadySeconds: Double
 
     static let full = ScaleSettings(
-      sizes: [32, 64, 128], samples: 25, warmUps: 5, idleSeconds: 3, pollInterval: 0.25, poolSize: 8, lockSeconds: 4,
-      groupHosts: 8, groupWindow: 4, steadyRate: 10, steadySeconds: 3)
+      sizes: [32, 64, 128], samples: 20, warmUps: 5, idleSeconds: 2.5, pollInterval: 0.25, poolSize: 8, lockSeconds: 3,
+      groupHosts: 8, groupWindow: 3, steadyRate: 10, steadySeconds: 2)
     static let quick = ScaleSettings(
       sizes: [8, 16], samples: 8, warmUps: 3, idleSeconds: 1, pollInterval: 0.25, poolSize: 4, lockSeconds: 1,
       groupHosts: 4, groupWindow: 1.5, steadyRate: 10, steadySeconds: 1)
