@@ -8,10 +8,12 @@ import Foundation
 struct BenchScaleModel: Codable {
   struct Coefficients: Codable {
     var transport: BenchScaleResult.Transport
-    /// Whether they come from the fsync-on points (else fsync off).
-    var fsync: Bool
+    /// The points the per-shipment fit used: every size, fsync off and on,
+    /// less those whose figure came out negative (an idle rate taken in a
+    /// lull).
+    var fittedPoints: Int
     /// Server CPU per shipment = fixed + perHost × H, µs (least squares
-    /// over the measured sizes, from the steady runs, poll's net of its
+    /// over the measured points, from the steady runs, poll's net of its
     /// idle rate): for notify, perHost
     /// is a listener woken; for poll, a host reading the entry.
     var serverPerShipmentFixed: Double
@@ -88,15 +90,15 @@ struct BenchScaleModel: Codable {
     for transport in BenchScaleResult.Transport.allCases {
       let all = result.points.filter { $0.transport == transport }
       guard !all.isEmpty else { continue }
-      let onPoints = all.filter { $0.fsync }
-      let points = onPoints.isEmpty ? all : onPoints
-      let fit = Self.fit(points.compactMap { p in
-        (p.serverCPUPerShipmentSteady ?? p.serverCPUPerShipmentNet).map { (Double(p.hosts), $0) }
-      })
+      let points = all
+      let measured = points.compactMap { p in
+        (p.serverCPUPerShipmentSteady ?? p.serverCPUPerShipmentNet).flatMap { $0 > 0 ? (Double(p.hosts), $0) : nil }
+      }
+      let fit = Self.fit(measured)
       let idle = Self.mean(points.compactMap(\.serverIdleCPUPerHostPerSecond)) ?? 0
       let largest = points.max { $0.hosts < $1.hosts }
       var c = Coefficients(
-        transport: transport, fsync: !onPoints.isEmpty, serverPerShipmentFixed: fit.fixed,
+        transport: transport, fittedPoints: measured.count, serverPerShipmentFixed: fit.fixed,
         serverPerShipmentPerHost: fit.perHost, serverIdlePerHostPerSecond: idle,
         relayPerAppliedEntry: largest?.relayCPUPerAppliedEntryNet)
       if transport == .poll {

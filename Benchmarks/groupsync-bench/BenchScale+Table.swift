@@ -50,7 +50,7 @@ extension BenchTable {
     if let model = s.model {
       line("    The model to 1,000 hosts (one group of H hosts; the server's CPU bound at one core):")
       for c in model.coefficients {
-        line("      \(c.transport) (fsync \(c.fsync ? "on" : "off")): server per shipment \(us(c.serverPerShipmentFixed)) + "
+        line("      \(c.transport) (\(c.fittedPoints) points): server per shipment \(us(c.serverPerShipmentFixed)) + "
           + String(format: "%.2f", c.serverPerShipmentPerHost) + " x H us; idle \(us(c.serverIdlePerHostPerSecond)) us/s per host"
           + (c.serverPerPoll.map { "; \(us($0)) us per poll" } ?? "")
           + (c.lockHoldMicros.map { "; lock hold \(us($0)) us" } ?? "")
