@@ -119,105 +119,30 @@ extension BenchRunner {
       }
     }
 
-    let root = options.workFolder + "/fleet/\(hosts)"
-    try? FileManager.default.removeItem(atPath: root)
     let groupName = "fleet\(hosts)-\(getpid())-\(BenchClock.realtime() / 1_000_000_000)"
     let wallStart = BenchClock.monotonic()
-    var groups: [GroupFolder] = []
-    var folders: [String] = []
-    var relays: [ChildProcess] = []
-    defer {
-      // Every relay stops, whatever happened: all asked at once, then each waited for.
-      for child in relays { child.signal(SIGTERM) }
-      for child in relays { _ = child.finish(timeout: 30) }
-    }
-    for index in 0..<hosts {
-      let folder = root + "/h\(index)/app"
-      let group = try GroupFolder(path: folder)
-      try group.store.write { db in
-        try db.execute(sql: "CREATE TABLE item(id INTEGER PRIMARY KEY, host INTEGER NOT NULL, body TEXT NOT NULL, stamp INTEGER NOT NULL)")
-      }
-      groups.append(group)
-      folders.append(folder)
-      relays.append(
-        try ChildProcess(
-          executable: relay,
-          arguments: [folder, "--postgres", conninfo, "--host", "h\(index)", "--group", groupName, "--poll-interval", "1"],
-          name: "relay h\(index)"))
-    }
-    for child in relays {
-      try fleetWait("\(child.name) connected", timeout: 60) { child.stdout.contains("\"connected\"") }
-    }
+    let fleet = BenchRelayFleet(
+      root: options.workFolder + "/fleet/\(hosts)", groupName: groupName, relay: relay, conninfo: conninfo,
+      relayArguments: ["--poll-interval", "1"])
+    defer { fleet.stop() }
+    try fleet.grow(to: hosts, timeout: 60)
+    let (groups, folders, relays) = (fleet.groups, fleet.folders, fleet.relays)
     log("fleet: \(hosts) hosts, \(hosts) relays, group \(groupName)")
 
     // 1. Latency to the last of the other hosts: a listener on each.
-    struct Round {
-      var round = 0
-      var seen: [Int]
-      var arrived = 0
-      var last: Int64 = 0
-    }
-    let state = BenchBox(Round(seen: [Int](repeating: 0, count: hosts)))
-    let everyone = DispatchSemaphore(value: 0)
-    var listeners: [Listener] = []
-    defer { for listener in listeners { listener.close() } }
-    for index in 1..<hosts {
-      let listener = try groups[index].listen()
-      listeners.append(listener)
-      let others = hosts - 1
-      listener.startOnWatcherThread { event in
-        guard case .changes(let changeSet) = event, changeSet.tables.keys.contains(where: { $0.name == "item" }) else {
-          return
-        }
-        let now = BenchClock.realtime()
-        let complete = state.withLock { round -> Bool in
-          guard round.seen[index] != round.round else { return false }
-          round.seen[index] = round.round
-          round.arrived += 1
-          round.last = max(round.last, now)
-          return round.arrived == others
-        }
-        if complete { everyone.signal() }
-      }
-    }
-    var latencies: [Int64] = []
     var sparseBefore: FleetSnapshot?
-    for index in 0..<(samples + 20) {
-      if index == 20 { sparseBefore = fleetSnapshot(relays, folders: folders, hosts: hosts) }
-      state.withLock { round in
-        round.round = index + 1
-        round.arrived = 0
-        round.last = 0
-      }
-      let start = BenchClock.realtime()
-      try groups[0].store.write { db in
-        try db.execute(sql: "INSERT INTO item(host, body, stamp) VALUES (0, 'x', ?)", arguments: [start])
-      }
-      guard everyone.wait(timeout: .now() + 15) == .success else {
-        throw BenchError("fleet: not every host received commit \(index) within 15 s (\(hosts) hosts)")
-      }
-      let end = state.withLock { $0.last }
-      if index >= 20 { latencies.append(end - start) }
-      BenchClock.sleep(milliseconds: 5)
-    }
+    let latencies: [Int64]
+    do {
+      latencies = try fleet.lastHostLatencies(
+        samples: samples, warmUps: 20, measuring: { sparseBefore = fleetSnapshot(relays, folders: folders, hosts: hosts) })
+    } catch { throw BenchError("fleet: \(error)") }
     let sparseAfter = fleetSnapshot(relays, folders: folders, hosts: hosts)
     var sparse = fleetCost(from: sparseBefore!, to: sparseAfter)
     // Host 0 ships; the others apply (and host 0 reads its own entries back).
-    let shipped = sparseAfter.relays[0].shipped - sparseBefore!.relays[0].shipped
-    if shipped > 0 {
-      sparse.shipperCPUPerEntry = Double(sparseAfter.relays[0].cpuTicks - sparseBefore!.relays[0].cpuTicks) * 10_000 / Double(shipped)
-    }
-    let otherTicks = (1..<hosts).reduce(Int64(0)) { $0 + sparseAfter.relays[$1].cpuTicks - sparseBefore!.relays[$1].cpuTicks }
-    let otherApplied = (1..<hosts).reduce(0) { $0 + sparseAfter.relays[$1].applied - sparseBefore!.relays[$1].applied }
-    if otherApplied > 0 { sparse.applierCPUPerEntry = Double(otherTicks) * 10_000 / Double(otherApplied) }
-    for listener in listeners { listener.close() }
-    listeners = []
+    sparse.addShipperAndAppliers(from: sparseBefore!, to: sparseAfter)
 
     // 2. Every host writes at once; until every host holds every row.
-    func count(_ group: GroupFolder) throws -> Int {
-      try group.store.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") ?? 0 }
-    }
-    let target = try count(groups[0]) + hosts * commitsPerHost
+    let target = try fleet.rows(0) + hosts * commitsPerHost
     let aggregateBefore = fleetSnapshot(relays, folders: folders, hosts: hosts)
     let failures = BenchBox<[String]>([])
     let writersDone = BenchBox<Int64>(0)
@@ -245,7 +170,7 @@ extension BenchRunner {
     var pending = Set(groups.indices)
     let deadline = BenchClock.monotonic() + 180_000_000_000
     while !pending.isEmpty {
-      for index in pending.sorted() where (try? count(groups[index])) ?? 0 >= target { pending.remove(index) }
+      for index in pending.sorted() where (try? fleet.rows(index)) ?? 0 >= target { pending.remove(index) }
       if pending.isEmpty { break }
       guard BenchClock.monotonic() < deadline else {
         throw BenchError("fleet: hosts \(pending.sorted()) did not hold all \(target) rows within 180 s (\(hosts) hosts)")
@@ -259,7 +184,7 @@ extension BenchRunner {
     // The status files are rewritten at most every 200 ms and on each
     // pass: let every relay write one past the end.
     let endRealtime = BenchClock.realtime()
-    try? fleetWait("status files written", timeout: 3) {
+    try? benchWait("status files written", timeout: 3) {
       folders.indices.allSatisfy { (fleetStatus(folders[$0], host: "h\($0)")?.updatedAtNanoseconds ?? .max) > endRealtime }
     }
     let aggregateAfter = fleetSnapshot(relays, folders: folders, hosts: hosts)
@@ -283,8 +208,9 @@ extension BenchRunner {
 
   // MARK: Measuring the relays and the server
 
+
   /// What one relay had done and spent at an instant.
-  fileprivate struct FleetRelayFigures {
+  struct FleetRelayFigures {
     var cpuTicks: Int64
     var shipped: Int
     var changeSets: Int
@@ -298,7 +224,7 @@ extension BenchRunner {
     var statusApplied: Int64?
   }
 
-  fileprivate struct FleetSnapshot {
+  struct FleetSnapshot {
     var at: Int64
     var relays: [FleetRelayFigures]
     var serverTicks: Int64?
@@ -307,7 +233,7 @@ extension BenchRunner {
     var machine: (busy: Int64, total: Int64)?
   }
 
-  private func fleetSnapshot(_ relays: [ChildProcess], folders: [String], hosts: Int) -> FleetSnapshot {
+  func fleetSnapshot(_ relays: [ChildProcess], folders: [String], hosts: Int) -> FleetSnapshot {
     let figures = relays.indices.map { index -> FleetRelayFigures in
       var figures = FleetRelayFigures(
         cpuTicks: BenchProc.cpuTicks(pid: relays[index].pid) ?? 0, shipped: 0, changeSets: 0, applied: 0)
@@ -342,7 +268,7 @@ extension BenchRunner {
       benchNs: benchOwnCPUNanoseconds(), machine: machine)
   }
 
-  private func fleetCost(from before: FleetSnapshot, to after: FleetSnapshot) -> BenchFleetResult.Cost {
+  func fleetCost(from before: FleetSnapshot, to after: FleetSnapshot) -> BenchFleetResult.Cost {
     var shipped = 0, changeSets = 0, applied = 0
     var ticks: Int64 = 0
     var roundTrips: Int64? = 0
@@ -382,43 +308,79 @@ extension BenchRunner {
       })
   }
 
-  /// utime + stime of the PostgreSQL server behind `conninfo` (a unix
-  /// socket folder: its `.s.PGSQL.PORT.lock` names the postmaster): the
-  /// postmaster with the children it reaped, and its live children.
-  static func serverCPUTicks(_ conninfo: String) -> Int64? {
+  /// The `key=value` pairs of a libpq connection string (no quoting).
+  static func conninfoSettings(_ conninfo: String) -> [String: String] {
     var settings: [String: String] = [:]
     for pair in conninfo.split(separator: " ") {
       let parts = pair.split(separator: "=", maxSplits: 1)
       if parts.count == 2 { settings[String(parts[0])] = String(parts[1]) }
     }
+    return settings
+  }
+
+  /// The PID of the PostgreSQL server behind `conninfo` (a unix socket
+  /// folder: its `.s.PGSQL.PORT.lock` names the postmaster).
+  static func serverPostmaster(_ conninfo: String) -> Int32? {
+    let settings = conninfoSettings(conninfo)
     guard let host = settings["host"], host.hasPrefix("/"),
-      let lock = BenchProc.read("\(host)/.s.PGSQL.\(settings["port"] ?? "5432").lock"),
-      let postmaster = lock.split(separator: "\n").first.flatMap({ Int32($0.trimmingCharacters(in: .whitespaces)) }),
-      let own = statFields(postmaster)
+      let lock = BenchProc.read("\(host)/.s.PGSQL.\(settings["port"] ?? "5432").lock")
     else { return nil }
+    return lock.split(separator: "\n").first.flatMap { Int32($0.trimmingCharacters(in: .whitespaces)) }
+  }
+
+  /// The postmaster's live children.
+  private static func serverChildren(_ postmaster: Int32) -> [Int32] {
+    ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap { name in
+      guard let pid = Int32(name), let fields = statFields(pid), fields[1] == Int64(postmaster) else { return nil }
+      return pid
+    }
+  }
+
+  /// utime + stime of the PostgreSQL server behind `conninfo`: the
+  /// postmaster with the children it reaped, and its live children.
+  static func serverCPUTicks(_ conninfo: String) -> Int64? {
+    guard let postmaster = serverPostmaster(conninfo), let own = statFields(postmaster) else { return nil }
     // utime, stime, cutime, cstime: fields 14-17.
     var total = own[11] + own[12] + own[13] + own[14]
-    for name in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
-      guard let pid = Int32(name), let fields = statFields(pid), fields[1] == Int64(postmaster) else { continue }
-      total += fields[11] + fields[12]
+    for pid in serverChildren(postmaster) {
+      if let fields = statFields(pid) { total += fields[11] + fields[12] }
     }
     return total
   }
 
+  /// The exact CPU time (schedstat) of the server's postmaster and live
+  /// children, ns: children that exited meanwhile (a psql's session) are
+  /// not counted; for windows where the same sessions live throughout.
+  static func serverCPUNanoseconds(_ conninfo: String) -> Int64? {
+    guard let postmaster = serverPostmaster(conninfo), let own = BenchProc.cpuNanoseconds(pid: postmaster) else {
+      return nil
+    }
+    return serverChildren(postmaster).reduce(own) { $0 + (BenchProc.cpuNanoseconds(pid: $1) ?? 0) }
+  }
+
   /// The numeric fields of /proc/PID/stat after the command (state as 0):
   /// [0] state, [1] ppid, ... [11] utime, [12] stime, [13] cutime, [14] cstime.
-  private static func statFields(_ pid: Int32) -> [Int64]? {
+  static func statFields(_ pid: Int32) -> [Int64]? {
     guard let text = BenchProc.read("/proc/\(pid)/stat"), let close = text.lastIndex(of: ")") else { return nil }
     let fields = text[text.index(after: close)...].split(separator: " ").map { Int64($0) ?? 0 }
     return fields.count > 15 ? fields : nil
   }
 
-  private func fleetWait(_ what: String, timeout: Double, _ condition: () -> Bool) throws {
-    let deadline = BenchClock.monotonic() + Int64(timeout * 1e9)
-    while !condition() {
-      guard BenchClock.monotonic() < deadline else { throw BenchError("fleet: timed out waiting: \(what)") }
-      BenchClock.sleep(milliseconds: 5)
+}
+
+extension BenchFleetResult.Cost {
+  /// The sparse run's split: host 0's relay per entry it shipped, and the
+  /// other relays per entry each applied (host 0 reads its own entries
+  /// back, not counted there).
+  mutating func addShipperAndAppliers(from before: BenchRunner.FleetSnapshot, to after: BenchRunner.FleetSnapshot) {
+    let shipped = after.relays[0].shipped - before.relays[0].shipped
+    if shipped > 0 {
+      shipperCPUPerEntry = Double(after.relays[0].cpuTicks - before.relays[0].cpuTicks) * 10_000 / Double(shipped)
     }
+    let others = 1..<after.relays.count
+    let ticks = others.reduce(Int64(0)) { $0 + after.relays[$1].cpuTicks - before.relays[$1].cpuTicks }
+    let applied = others.reduce(0) { $0 + after.relays[$1].applied - before.relays[$1].applied }
+    if applied > 0 { applierCPUPerEntry = Double(ticks) * 10_000 / Double(applied) }
   }
 }
 

@@ -137,10 +137,6 @@ extension BenchRunner {
   }
 
   func waitUntil(_ what: String, timeout: Double, _ condition: () -> Bool) throws {
-    let deadline = BenchClock.monotonic() + Int64(timeout * 1e9)
-    while !condition() {
-      guard BenchClock.monotonic() < deadline else { throw BenchError("timed out waiting: \(what)") }
-      BenchClock.sleep(milliseconds: 2)
-    }
+    try benchWait(what, timeout: timeout, every: 2, condition)
   }
 }

@@ -14,6 +14,7 @@ struct BenchResults: Codable {
   var peers: BenchPeersResult?
   var hosts: BenchHostsResult?
   var fleet: BenchFleetResult?
+  var scale: BenchScaleResult?
   var polling: BenchPollingResult?
   var capture: [BenchCaptureRow] = []
   var codec: [BenchCodecRow] = []

@@ -17,7 +17,7 @@ final class BenchRunner {
     var floorPath: String
     var valgrindShim: String?
     var callgrind: Bool
-    /// Phases to run (nil: all): capture, latency, peers, hosts, fleet, polling, memory,
+    /// Phases to run (nil: all): capture, latency, peers, hosts, fleet, scale, polling, memory,
     /// reads, catch-up, contexts.
     var phases: Set<String>? = nil
     /// Overrides the settings' listener counts.
@@ -74,6 +74,7 @@ final class BenchRunner {
     if selected("peers") { try phase("peers") { try peers() } }
     if selected("hosts") { try phase("hosts") { try hosts() } }
     if selected("fleet") { try phase("fleet") { try fleet() } }
+    if selected("scale") { try phase("scale") { try scale() } }
     if selected("polling") { try phase("polling") { try polling() } }
     if selected("memory") { try phase("memory") { try memory() } }
     if selected("reads") { try phase("read latency") { try readLatency() } }

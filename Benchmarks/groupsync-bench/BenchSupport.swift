@@ -126,6 +126,16 @@ enum BenchProc {
     return user + system
   }
 
+  /// CPU time of every live thread of the process, ns: the first field of
+  /// each /proc/PID/task/TID/schedstat (the scheduler's exact runtime, not
+  /// 10 ms ticks; threads that exited are not counted).
+  static func cpuNanoseconds(pid: Int32) -> Int64? {
+    guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task") else { return nil }
+    return tasks.reduce(Int64(0)) { total, task in
+      total + (read("/proc/\(pid)/task/\(task)/schedstat")?.split(separator: " ").first.flatMap { Int64($0) } ?? 0)
+    }
+  }
+
   /// Whether the process is stopped (SIGSTOP is asynchronous: state T).
   static func isStopped(pid: Int32) -> Bool {
     guard let text = read("/proc/\(pid)/stat"), let close = text.lastIndex(of: ")") else { return false }

@@ -98,6 +98,7 @@ enum BenchTable {
     }
 
     if let f = r.fleet { fleetSection(f, line: line, row: row) }
+    if let s = r.scale { scaleSection(s, line: line, row: row) }
 
     if let p = r.polling {
       line()

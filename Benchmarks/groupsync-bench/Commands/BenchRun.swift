@@ -34,7 +34,7 @@ struct BenchRun: AsyncParsableCommand {
   @Flag(name: .long, help: "Keep the scratch folder.")
   var keep = false
 
-  @Option(name: .long, help: "Only these phases, comma-separated: capture, latency, peers, hosts, fleet, polling, memory, reads, catch-up, contexts.")
+  @Option(name: .long, help: "Only these phases, comma-separated: capture, latency, peers, hosts, fleet, scale, polling, memory, reads, catch-up, contexts.")
   var phases: String?
 
   @Option(name: .long, help: "Listener counts for the latency and peers phases, comma-separated (e.g. 1,4,16).")
