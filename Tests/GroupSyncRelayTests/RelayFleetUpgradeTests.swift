@@ -147,6 +147,11 @@ import Glibc
       try spy.connection.execute("SELECT 1")
       _ = try spy.notifications()
       legacyWakes = []
+      // One commit surely shipped by a's new relay (a slow writer may
+      // commit nothing more before the step pauses it).
+      let shippedBefore = a.events("shipped").count
+      try await a.exec(["INSERT INTO note(title, body) VALUES ('a-upgraded', 'new')"])
+      try await waitUntil("a's new relay ships") { a.events("shipped").count > shippedBefore }
       try await step("a upgraded")
       // a, upgraded, wakes b and c, still before versions, on their channel.
       #expect(try wokeOlderRelays().contains("a"), "\(legacyWakes.count) wake-ups")

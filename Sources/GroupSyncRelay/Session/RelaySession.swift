@@ -290,6 +290,7 @@ final class RelaySession: @unchecked Sendable {
         applicationName: "groupsync-relay \(host)", stop: stopSignal,
         preparesStatements: configuration.preparesStatements && transport == .notify))
     log.sendsWakeUps = !failpoints.sendsNoWakeUps
+    log.wakesAlways = transport == .notify
     try log.configureSession(timeouts: configuration.timeouts)
     try log.prepareAccess(group: group, host: host)
     switch transport {

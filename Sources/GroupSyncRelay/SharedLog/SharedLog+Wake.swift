@@ -12,7 +12,11 @@ extension SharedLog {
     /// those who may read the group's row (nil: not read yet).
     var channel: String?
     /// Whether another member listens on the group's channel (the notify
-    /// transport): while none does, shipments send no wake-up at all.
+    /// transport): while none does, a poll relay's shipments send no
+    /// wake-up at all. A notify relay wakes the group whatever it read: the
+    /// members of a fleet started together announce after one another, and
+    /// a notify fleet is the one that must not wait for a format check to
+    /// learn of its listeners.
     var listeners = true
     /// Whether another member is a relay before version 4, which listens on
     /// ``SharedLog/legacyChannel`` and reads `GROUP/STORE:POSITION`
@@ -85,7 +89,7 @@ extension SharedLog {
     guard sendsWakeUps, let channel = wakes.channel, let tag = tags[replica.store] else { return [] }
     var statements: [Statement] = []
     let origin: [any PostgresBindable] = [replica.group, replica.store, replica.host, through]
-    if wakes.listeners {
+    if wakes.listeners || wakesAlways {
       let prefix = tag + ":"
       // Room for the position's digits: the payload stays under the limit.
       let entry = "\n" + replica.host + " " + String(through) + "\n" + body

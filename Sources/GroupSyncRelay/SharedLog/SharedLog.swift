@@ -69,6 +69,9 @@ final class SharedLog {
   var listening: Set<String> = []
   /// Off only for tests of a lost wake-up (``RelayFailpoints``).
   var sendsWakeUps = true
+  /// Whether every shipment wakes the group's channel, whoever listens
+  /// (a notify relay's session; see ``Wakes/listeners``).
+  var wakesAlways = false
   /// The host's lease this relay holds (the poll transport), which every
   /// shipment checks on the server; nil: the session's advisory lock
   /// guards the host instead.
