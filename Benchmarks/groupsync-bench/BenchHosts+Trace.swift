@@ -48,7 +48,7 @@ extension BenchRunner {
     let applies = try records(applying).filter { $0.kind == "apply" }
     let names = [
       "A's write returned", "A's relay rung (its doorbell)", "A's relay pass began", "planned (local read)",
-      "encoded", "shipped (gs_ship_2 answered)", "recorded in A's store", "B's relay notified",
+      "encoded", "shipped (gs_ship_3 answered)", "recorded in A's store", "B's relay notified",
       "B's relay pass began", "decoded", "applied (B's commit)", "B's listener",
     ]
     var offsets = Array(repeating: [Double](), count: names.count)
