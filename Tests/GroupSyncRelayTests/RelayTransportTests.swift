@@ -144,6 +144,11 @@ struct RelayTransportTests {
       // its format check): restart it so that it knows now.
       try await c.stopRelay()
       try await c.startRelay()
+      // What c itself had to ship is shipped, and its wake-up heard and
+      // dropped (it comes before the answer of the spy's round trip).
+      try await waitUntil("c shipped what it had") { c.relayStatus()?.stores.first?.unshipped == 0 }
+      try spy.connection.execute("SELECT 1")
+      _ = try spy.notifications()
       for index in 1...5 { try await a.exec(["INSERT INTO note(title) VALUES ('a\(index)')"]) }
       try await waitForConvergence([a, b], server: server)
       try spy.connection.execute("SELECT 1")
