@@ -183,6 +183,10 @@ struct RelayTransportTests {
         group: "app", host: "spy", version: .current, rules: MergeRules(policy: .objectTrump).fingerprint,
         transport: .notify)
       try spy.listen(on: [try #require(spy.wakes.channel), SharedLog.legacyChannel])
+      // b's own first shipment, and its wake-up, out of the way.
+      try await waitUntil("b shipped what it had") { b.relayStatus()?.stores.first?.unshipped == 0 }
+      try spy.connection.execute("SELECT 1")
+      _ = try spy.notifications()
       for index in 1...3 { try await a.exec(["INSERT INTO note(title) VALUES ('a\(index)')"]) }
       #expect(try await waitForConvergence([a, b], server: server).count == 3)
       try spy.connection.execute("SELECT 1")
