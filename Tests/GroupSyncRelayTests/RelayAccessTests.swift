@@ -139,9 +139,10 @@ struct RelayAccessTests {
       // under the store's tag: no name of the group or store.
       var payloads: [String] = []
       let deadline = ContinuousClock.now + .seconds(30)
+      var backoff = PollBackoff()
       while payloads.isEmpty && ContinuousClock.now < deadline {
         payloads += try web2.notifications().filter { $0.channel == channel }.map(\.payload)
-        try await Task.sleep(for: .milliseconds(5))
+        try await backoff.pause()
       }
       #expect(payloads.count == 1 && payloads[0].hasPrefix(tag + ":1\nweb-1 1\n"), "\(payloads)")
       #expect(!payloads.contains { $0.contains("shop") }, "\(payloads)")

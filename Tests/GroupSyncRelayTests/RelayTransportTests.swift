@@ -158,9 +158,10 @@ struct RelayTransportTests {
         try server.query("SELECT tag FROM gs_clock WHERE grp = 'other' AND store = 'main'").first?[0] ?? nil)
       var heard: [(channel: String, payload: String)] = []
       let deadline = ContinuousClock.now + .seconds(60)
+      var backoff = PollBackoff()
       while heard.isEmpty && ContinuousClock.now < deadline {
         heard += try spy.notifications()
-        try await Task.sleep(for: .milliseconds(5))
+        try await backoff.pause()
       }
       #expect(heard.count == 1 && heard[0].channel == channel && heard[0].payload.hasPrefix(tag + ":")
         && heard[0].payload.contains("\nc "), "\(heard) \(tag)")
