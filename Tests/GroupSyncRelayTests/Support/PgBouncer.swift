@@ -47,6 +47,7 @@ final class PgBouncer: @unchecked Sendable {
 
   private let poolSize: Int
   private let maxClients: Int
+  private let process: ChildProcess
 
   private init(host: String, port: Int, poolSize: Int, maxClients: Int) throws {
     self.poolSize = poolSize
@@ -57,13 +58,14 @@ final class PgBouncer: @unchecked Sendable {
     folder = ScratchFolder.unique("gs-pgb")
     try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
     if getuid() == 0 { try PostgresServer.run("/bin/chown", ["postgres", folder]) }
-    try writeConfiguration(host: host, port: port)
-    let arguments = ["-d", "\(folder)/pgbouncer.ini"]
-    if getuid() == 0 {
-      try PostgresServer.run("/usr/sbin/runuser", ["-u", "postgres", "--", "/usr/sbin/pgbouncer"] + arguments)
-    } else {
-      try PostgresServer.run("/usr/sbin/pgbouncer", arguments)
-    }
+    try Self.writeConfiguration(folder: folder, host: host, port: port, poolSize: poolSize, maxClients: maxClients)
+    // In the foreground, so that its own word says when it listens.
+    let configuration = "\(folder)/pgbouncer.ini"
+    let (program, arguments) =
+      getuid() == 0
+      ? ("/usr/sbin/runuser", ["-u", "postgres", "--", "/usr/sbin/pgbouncer", configuration])
+      : ("/usr/sbin/pgbouncer", [configuration])
+    process = try ChildProcess(executable: program, arguments: arguments, name: "pgbouncer")
     let watchdog = """
       while [ -d /proc/\(getpid()) ] && [ -f \(folder)/pgbouncer.ini ]; do sleep 1; done
       [ -f \(folder)/pgbouncer.ini ] || exit 0
@@ -71,28 +73,26 @@ final class PgBouncer: @unchecked Sendable {
       rm -rf \(folder)
       """
     try PostgresServer.startWatchdog(watchdog, asPostgres: true)
-    // Daemonized: it listens once its socket is there.
-    let deadline = ContinuousClock.now + .seconds(30)
-    while !FileManager.default.fileExists(atPath: "\(folder)/.s.PGSQL.\(Self.port)") {
-      guard ContinuousClock.now < deadline else {
-        let log = (try? String(contentsOfFile: "\(folder)/pgbouncer.log", encoding: .utf8)) ?? ""
-        throw RelayTestFailure("PgBouncer did not start: \(log.suffix(2000))")
-      }
-      usleep(10_000)
+    do {
+      try process.waitForStderr(containing: "listening on unix:", timeout: 30)
+    } catch {
+      throw RelayTestFailure("PgBouncer did not start: \(error)")
     }
   }
 
   /// Points the pooler at another server (a failover, which the clients
   /// do not see: their connections to the pooler stay) and reloads it.
   func retarget(host: String, port: Int) throws {
-    try writeConfiguration(host: host, port: port)
+    try Self.writeConfiguration(folder: folder, host: host, port: port, poolSize: poolSize, maxClients: maxClients)
     guard let pid else { throw RelayTestFailure("PgBouncer has no pid file") }
     kill(pid, SIGHUP)
   }
 
   // idle_transaction_timeout: what the relay's session setting does
   // without a pooler (a host cut off mid-shipment holds no row long).
-  private func writeConfiguration(host: String, port: Int) throws {
+  private static func writeConfiguration(
+    folder: String, host: String, port: Int, poolSize: Int, maxClients: Int
+  ) throws {
     let configuration = """
       [databases]
       postgres = host=\(host) port=\(port) dbname=postgres user=postgres
@@ -119,6 +119,7 @@ final class PgBouncer: @unchecked Sendable {
 
   private func destroy() {
     if let pid { kill(pid, SIGKILL) }
+    _ = process.finish(timeout: 10)
     try? FileManager.default.removeItem(atPath: folder)
   }
 }
