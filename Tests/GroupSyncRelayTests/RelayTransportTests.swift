@@ -168,6 +168,30 @@ struct RelayTransportTests {
     }
   }
 
+  /// A notify relay wakes its group's channel even before it learns of a
+  /// listener (members of a fleet started together announce one after
+  /// another): a session that listens without having announced itself
+  /// hears the shipment.
+  @Test func aNotifyRelayWakesTheGroupBeforeItKnowsOfAListener() async throws {
+    try await PostgresServer.with { server in
+      let root = try HostsFolder()
+      let a = try await GroupHost("a", root: root.path, conninfo: server.conninfo)
+      a.transport = "notify"
+      try await a.startRelay()
+      let channel = try #require(try server.query("SELECT channel FROM gs_group WHERE grp = 'app'").first?[0] ?? nil)
+      let listener = SharedLog(try server.connect())
+      try listener.listen(on: [channel])
+      let shipped = a.events("shipped").count
+      try await a.exec(["INSERT INTO note(title) VALUES ('woke')"])
+      try await waitUntil("a shipped") { a.events("shipped").count > shipped }
+      // The wake-up commits before the shipment's answer comes back; one
+      // round trip of the listener's brings what was sent before it.
+      try listener.connection.execute("SELECT 1")
+      let heard = try listener.notifications()
+      #expect(heard.contains { $0.channel == channel && $0.payload.contains("\na ") }, "\(heard)")
+    }
+  }
+
   /// Shipments whose wake-ups never came (their relay died between the
   /// two commits, here a failpoint drops them all) still reach a notify
   /// relay: at its next quiet read of the log, within its poll interval.
