@@ -79,8 +79,36 @@ struct RelayCommand: ParsableCommand {
       valueName: "N"))
   var logFormat: Int?
 
-  @Option(name: .long, help: "Log entries kept per store (older ones purged; default: all).")
-  var retention: Int64?
+  @Option(
+    name: .long,
+    help: ArgumentHelp(
+      "With --print-setup or --configure: the group's retention, 'all' (the default) or the number of entries each store's log keeps; older ones are purged once every member has applied them.",
+      valueName: "N|all"))
+  var retention: String?
+
+  @Option(
+    name: .customLong("retention-passes-members"),
+    help: ArgumentHelp(
+      "With --print-setup or --configure: true lets retention purge entries members have not applied yet (they re-synchronise); default false.",
+      valueName: "true|false"))
+  var retentionPassesMembers: Bool?
+
+  @Option(
+    name: .customLong("max-shipment-bytes"),
+    help: ArgumentHelp(
+      "With --print-setup or --configure: the largest shipment the server takes from a host (default 64 MiB).",
+      valueName: "bytes"))
+  var maxShipmentBytes: Int64?
+
+  @Flag(
+    name: .customLong("older-relays"),
+    help: "With --print-setup: also grant what relays before version 5 write with, during a rolling upgrade (any host could then rewrite the log); run the set-up again without it once every host runs relay 5.")
+  var olderRelays = false
+
+  @Flag(
+    name: .long,
+    help: "Set --group's settings on the server (--retention, --retention-passes-members, --max-shipment-bytes; an administrator's act), print the fleet and exit.")
+  var configure = false
 
   @Option(
     name: .long,
@@ -182,10 +210,22 @@ struct RelayCommand: ParsableCommand {
       guard postgres == nil, postgresFile == nil else {
         throw ValidationError("--print-setup prints SQL for psql and connects nowhere: drop --postgres and --postgres-file")
       }
-    } else if fleet || retire != nil {
-      guard group != nil else { throw ValidationError("--fleet and --retire need --group NAME (the group's name in PostgreSQL)") }
-      guard arguments.isEmpty else { throw ValidationError("--fleet and --retire take no folder") }
+    } else if fleet || retire != nil || configure {
+      guard group != nil else {
+        throw ValidationError("--fleet, --retire and --configure need --group NAME (the group's name in PostgreSQL)")
+      }
+      guard arguments.isEmpty else { throw ValidationError("--fleet, --retire and --configure take no folder") }
+      if configure, try settings().isEmpty {
+        throw ValidationError("--configure: name a setting (--retention, --retention-passes-members, --max-shipment-bytes)")
+      }
     } else {
+      guard try settings().isEmpty, !olderRelays else {
+        throw ValidationError(
+          "--retention, --retention-passes-members, --max-shipment-bytes and --older-relays are the group's settings "
+            + "on the server, an administrator's, since relay 5 (one host must not purge what the others need): "
+            + "set them with `groupsync relay --configure --group GROUP --postgres ADMIN_CONNINFO --retention N`, "
+            + "or in the set-up (--print-setup)")
+      }
       guard arguments.count == 1 else {
         throw ValidationError(arguments.isEmpty ? "missing the group folder" : "one group folder only (roles go with --print-setup)")
       }
@@ -195,14 +235,16 @@ struct RelayCommand: ParsableCommand {
   func run() throws {
     if printSetup {
       do {
-        let setup = try AccessSetup(group: group ?? "", members: arguments.map(AccessSetup.Member.init(parsing:)))
+        let setup = try AccessSetup(
+          group: group ?? "", members: arguments.map(AccessSetup.Member.init(parsing:)), settings: try settings(),
+          allowsOlderRelays: olderRelays)
         print(setup.script, terminator: "")
         return
       } catch {
         throw ValidationError("--print-setup: \(error)")
       }
     }
-    if fleet || retire != nil { return try showFleet() }
+    if fleet || retire != nil || configure { return try showFleet() }
     var configuration = RelayConfiguration(folder: directory, conninfo: try conninfo(), group: group, host: host)
     if !stores.isEmpty { configuration.stores = stores }
     do {
@@ -218,7 +260,6 @@ struct RelayCommand: ParsableCommand {
       }
       configuration.newestFormat = LogFormat(rawValue: logFormat)
     }
-    configuration.retention = retention
     configuration.speaksTestingFormat = testingFormat
     configuration.traceFile = trace
     configuration.preparesStatements = !noPreparedStatements
@@ -278,13 +319,28 @@ struct RelayCommand: ParsableCommand {
     }
   }
 
-  /// `--fleet`, `--retire HOST`: where the group's fleet stands, after
-  /// retiring a host if asked.
+  /// The group settings the options name.
+  private func settings() throws -> GroupSettings {
+    do {
+      let settings = GroupSettings(
+        retention: try retention.map(GroupSettings.Retention.init(parsing:)),
+        retentionPassesMembers: retentionPassesMembers, maxShipmentBytes: maxShipmentBytes)
+      try settings.validate()
+      return settings
+    } catch let error as RelayError {
+      throw ValidationError(error.description)
+    }
+  }
+
+  /// `--fleet`, `--retire HOST`, `--configure`: where the group's fleet
+  /// stands, after retiring a host or setting the group's settings if asked.
   private func showFleet() throws {
     let group = self.group ?? ""
     let state: GroupFleet
     do {
-      if let retire {
+      if configure {
+        state = try GroupFleet.configure(try settings(), group: group, conninfo: try conninfo())
+      } else if let retire {
         state = try GroupFleet.retire(host: retire, group: group, conninfo: try conninfo())
       } else {
         state = try GroupFleet.read(group: group, conninfo: try conninfo())
@@ -294,6 +350,7 @@ struct RelayCommand: ParsableCommand {
       throw ExitCode.failure
     }
     print("group \(state.group): log format \(state.format)")
+    print(state.settings.description)
     let header = ["HOST", "VERSION", "READS", "ANNOUNCED", "SEEN", "HOLDS", "TRANSPORT", "STATE"]
     let rows = state.members.map { member in
       [member.host, member.version ?? "1 (announces nothing)", member.reads.map(String.init).joined(separator: ","),

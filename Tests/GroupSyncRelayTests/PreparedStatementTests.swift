@@ -204,7 +204,7 @@ import Testing
               rows: [RowImage(gid: "g\(through)", rowID: through, base: 0, values: values, lost: nil)])
           ], conflicts: [], notes: nil)
         return SharedLog.Shipment(
-          through: through, body: try entry.encoded(format: .v2), format: .v2, retention: nil,
+          through: through, body: try entry.encoded(format: .v2), format: .v2,
           winners: [
             .init(
               table: "note", gid: "g\(through)", base: 0, columns: #"["title"]"#,

@@ -97,7 +97,7 @@ import Glibc
       let a = try await GroupHost("a", root: root.path, server: server)
       for (arguments, message) in [
         (["--host", "no/slash"], "host name 'no/slash'"),
-        (["--host", "a", "--retention", "0"], "retention 0"),
+        (["--host", "a", "--retention", "0"], "the group's settings on the server"),
         (["--host", "a", "--policy", "whoever-shouts"], "--policy"),
         (["--host", "a", "--store", "missing"], "no store named 'missing'"),
         (["--host", "a", "--dead-link-timeout", "0.2"], "timeout deadLink"),

@@ -127,7 +127,7 @@ struct RelayMetricsTests {
         let metrics = TestMetrics()
         let context = try ReplicaContext(
           store: group.store, storeName: "main", group: "app", host: name, merge: MergeRules(policy: .objectTrump),
-          author: "groupsync-relay@" + name, retention: nil, metricsFactory: metrics, emit: { _ in })
+          author: "groupsync-relay@" + name, metricsFactory: metrics, emit: { _ in })
         let log = SharedLog(try server.connect())
         try log.createTables()
         _ = try log.enroll(context.replica, place: 0)

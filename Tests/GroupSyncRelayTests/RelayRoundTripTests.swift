@@ -38,7 +38,7 @@ import Testing
         let group = try GroupFolder(path: host.folder, create: false)
         let context = try ReplicaContext(
           store: group.store, storeName: "main", group: "app", host: name, merge: MergeRules(policy: .objectTrump),
-          author: "groupsync-relay@" + name, retention: nil, emit: { _ in })
+          author: "groupsync-relay@" + name, emit: { _ in })
         let log = SharedLog(try server.connect())
         try log.createTables()
         try log.announce(

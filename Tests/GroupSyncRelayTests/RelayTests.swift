@@ -128,7 +128,7 @@ extension RelayTests {
       let group = try GroupFolder(path: b.folder, create: false)
       let context = try ReplicaContext(
         store: group.store, storeName: "main", group: "app", host: "b", merge: MergeRules(policy: .objectTrump),
-        author: "groupsync-relay@b", retention: nil, emit: { _ in })
+        author: "groupsync-relay@b", emit: { _ in })
       let log = SharedLog(try server.connect())
       while try Applier(context: context).apply(log) {}
       #expect(try b.content().values.map { $0[1] } == ["\"local b\""])
@@ -229,7 +229,7 @@ extension RelayTests {
       let group = try GroupFolder(path: b.folder, create: false, options: relayOptions)
       let context = try ReplicaContext(
         store: group.store, storeName: "main", group: "app", host: "b", merge: MergeRules(policy: .objectTrump),
-        author: "groupsync-relay@b", retention: nil, emit: { _ in })
+        author: "groupsync-relay@b", emit: { _ in })
       let log = SharedLog(try server.connect())
       while try Applier(context: context).apply(log) {}
       let held = try b.content().values.map { $0[0] + "=" + $0[1] }.sorted()

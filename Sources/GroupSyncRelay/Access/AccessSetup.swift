@@ -24,13 +24,18 @@ import GroupSync
 ///   relay uses (column by column where it writes), and one `LOGIN` role
 ///   per member that is granted it (made if missing, without a password);
 /// - row-level security on every table: a role reads only its groups'
-///   rows, writes images, entries, conflicts and places only under its
-///   own host name, never updates an entry, and deletes only entries the
-///   clock has purged; it reads only its own rows of `gs_member`.
+///   rows, enrolls and moves only its own places and announcements; it
+///   reads only its own rows of `gs_member`;
+/// - no direct write on the clock, the entries, the row images or the
+///   conflicts: a host's relay writes those through `gs_ship_5` and
+///   `gs_lock_5`, which run with their owner's rights and check that the
+///   session's role acts as the host it names and what the shipment
+///   carries (unless ``allowsOlderRelays``, for a rolling upgrade);
+/// - the group's ``settings``.
 ///
 /// `PUBLIC` loses every privilege on the tables and functions. Under
-/// row-level security `gs_ship` notifies without the entry (any session
-/// may LISTEN), so receivers read each entry from the log.
+/// row-level security a wake-up carries no entry (a member could forge
+/// one), so receivers read each entry from the log.
 public struct AccessSetup: Sendable, Equatable {
   /// A login role and the host name it acts as in the group.
   public struct Member: Sendable, Equatable {
@@ -71,11 +76,24 @@ public struct AccessSetup: Sendable, Equatable {
   public let group: String
   /// The group's hosts, each with its login role.
   public let members: [Member]
+  /// The group's settings the script sets (retention, the size of a
+  /// shipment); those it does not name stay as they are.
+  public let settings: GroupSettings
+  /// Whether relays before version 5 still run in the group (a rolling
+  /// upgrade under way): the script then gives the relay's role what they
+  /// write with, the clock, the entries, the images and the conflicts
+  /// directly, so that any host could rewrite them. Run the script again
+  /// without it once every host runs relay 5 or later: the group's hosts
+  /// can then no longer harm each other (the Threat model article).
+  public let allowsOlderRelays: Bool
 
   /// - Throws: ``RelayError/invalidConfiguration(_:)`` when there is no
-  ///   member, the group name is not 1-200 bytes of printable text, or two
-  ///   members claim one host.
-  public init(group: String, members: [Member]) throws {
+  ///   member, the group name is not 1-200 bytes of printable text, two
+  ///   members claim one host, or a setting is out of range.
+  public init(
+    group: String, members: [Member], settings: GroupSettings = GroupSettings(), allowsOlderRelays: Bool = false
+  ) throws {
+    try settings.validate()
     guard !group.isEmpty, group.utf8.count <= 200, !group.unicodeScalars.contains(where: Self.isControl) else {
       throw RelayError.invalidConfiguration("group name '\(group)': 1-200 bytes, no control characters")
     }
@@ -92,6 +110,8 @@ public struct AccessSetup: Sendable, Equatable {
     }
     self.group = group
     self.members = members
+    self.settings = settings
+    self.allowsOlderRelays = allowsOlderRelays
   }
 
   // MARK: Names
@@ -177,13 +197,19 @@ public struct AccessSetup: Sendable, Equatable {
       ]
       lines += SharedSchema.functions.map { "REVOKE ALL ON FUNCTION \($0.signature) FROM \(grantee);" }
     }
-    lines += SharedLog.grants.map { $0.grantStatement(to: relay) + ";" }
+    let grants = SharedLog.grants.filter { allowsOlderRelays || !$0.onlyForOlderRelays }
+    if allowsOlderRelays {
+      lines.append("-- --older-relays: what relays before version 5 write with, until every host runs relay 5.")
+    }
+    lines += grants.map { $0.grantStatement(to: relay) + ";" }
     lines += roles.map { "GRANT \(relay) TO \(Self.identifier($0));" }
     lines.append("-- Who may act as which host in group \(group).")
     lines += members.map { member in
       "INSERT INTO gs_member(role, grp, host) VALUES (\(Self.literal(member.role)), \(Self.literal(group)), "
         + "\(Self.literal(member.host))) ON CONFLICT (grp, host) DO UPDATE SET role = excluded.role;"
     }
+    lines.append("-- The group's settings (an administrator's: no host may change them).")
+    lines += settings.statements(group: group).map { $0 + ";" }
     lines.append("-- Row-level security: each role reads its groups' rows and writes under its own host name.")
     for table in SharedSchema.tableNames where table != "gs_schema" {
       lines.append("ALTER TABLE \(table) ENABLE ROW LEVEL SECURITY;")

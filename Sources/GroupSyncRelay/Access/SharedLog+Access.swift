@@ -21,9 +21,9 @@ extension SharedLog {
     /// Needed only under row-level security (`gs_member`, which only the
     /// set-up fills): a relay that finds no such table does not miss it.
     let onlyUnderRowSecurity: Bool
-    /// Used by the relays of the version before only (`gs_ship`): the
-    /// set-up gives it, so that they run beside this one; this relay does
-    /// not check it.
+    /// Used by the relays of the versions before only: the set-up gives
+    /// it while an administrator says they still run
+    /// (``AccessSetup/allowsOlderRelays``); this relay does not check it.
     let onlyForOlderRelays: Bool
 
     init(
@@ -87,31 +87,29 @@ extension SharedLog {
   }
 
   /// Every privilege a relay uses, and no more: it reads its groups' rows,
-  /// enrolls its replicas (`gs_host`, `gs_clock`), takes positions,
-  /// writes images, entries and conflicts through `gs_ship_3`, moves its
-  /// places and holds, purges entries (`DELETE` in `gs_ship_3`), announces
-  /// what it reads and its transport, and takes its lease (`gs_peer`), and
-  /// moves the group's format through `gs_advance_2`. `gs_change` is never
-  /// updated. The relays of the versions before use `gs_ship` or
-  /// `gs_ship_2` and the columns they knew.
+  /// enrolls its replicas (`gs_host`, `gs_clock`), moves its applied
+  /// places and holds, announces what it reads and its transport, and
+  /// takes its lease (`gs_peer`: its own rows, row-level security sees
+  /// to it). Everything else it writes through the functions of version 5,
+  /// which check who calls and what it carries: a shipment (`gs_ship_5`:
+  /// the position, the images, the entry, its conflicts, the purge), a
+  /// settled shipment's locks (`gs_lock_5`) and the group's format
+  /// (`gs_advance_5`). No host role writes the clock, the entries, the
+  /// images or the conflicts directly.
+  ///
+  /// The relays of the versions before wrote those themselves, through
+  /// `gs_ship`, `gs_ship_2` or `gs_ship_3` with the caller's rights: their
+  /// grants (``Grant/onlyForOlderRelays``) are given only while an
+  /// administrator says such relays still run (``AccessSetup/allowsOlderRelays``).
   static let grants: [Grant] = [
     Grant("SELECT", .table("gs_clock")),
     Grant("INSERT", .table("gs_clock"), ["grp", "store"]),
-    Grant("UPDATE", .table("gs_clock"), ["seq", "purged_through"]),
     Grant("SELECT", .table("gs_change")),
-    Grant("INSERT", .table("gs_change"), ["grp", "store", "seq", "origin_host", "origin_seq", "body", "format"]),
-    Grant("DELETE", .table("gs_change")),
     Grant("SELECT", .table("gs_row")),
-    Grant("INSERT", .table("gs_row"), ["grp", "store", "tbl", "gid", "seq", "origin_host", "columns", "data"]),
-    Grant("UPDATE", .table("gs_row"), ["seq", "origin_host", "columns", "data"]),
     Grant("SELECT", .table("gs_host")),
     Grant("INSERT", .table("gs_host"), ["grp", "store", "host"]),
-    Grant("UPDATE", .table("gs_host"), ["shipped_seq", "applied_seq", "seen_at", "held_at"]),
+    Grant("UPDATE", .table("gs_host"), ["applied_seq", "seen_at", "held_at"]),
     Grant("SELECT", .table("gs_conflict")),
-    Grant(
-      "INSERT", .table("gs_conflict"),
-      ["grp", "store", "seq", "tbl", "gid", "rule", "winner_host", "loser_host", "record", "format"]),
-    Grant("USAGE", .sequence("gs_conflict_id_seq")),
     Grant("SELECT", .table("gs_peer")),
     Grant(
       "INSERT", .table("gs_peer"),
@@ -121,11 +119,31 @@ extension SharedLog {
       ["version", "reads", "merge_rules", "announced_at", "retired_at", "transport", "lease_holder", "lease_until"]),
     Grant("SELECT", .table("gs_group")),
     Grant("SELECT", .table("gs_schema")),
-    Grant("EXECUTE", .function(SharedSchema.ship3Signature)),
+    Grant("EXECUTE", .function(SharedSchema.ship5Signature)),
+    Grant("EXECUTE", .function(SharedSchema.lock5Signature)),
+    Grant("EXECUTE", .function(SharedSchema.advance5Signature)),
     Grant("EXECUTE", .function(SharedSchema.window4Signature)),
-    Grant("EXECUTE", .function(SharedSchema.ship2Signature), onlyForOlderRelays: true),
-    Grant("EXECUTE", .function(SharedSchema.advance2Signature)),
     Grant("SELECT", .table("gs_member"), onlyUnderRowSecurity: true),
+    // Relays 1-4: the clock, the entries, the images and the conflicts
+    // written with the caller's rights.
+    Grant("UPDATE", .table("gs_clock"), ["seq", "purged_through"], onlyForOlderRelays: true),
+    Grant(
+      "INSERT", .table("gs_change"), ["grp", "store", "seq", "origin_host", "origin_seq", "body", "format"],
+      onlyForOlderRelays: true),
+    Grant("DELETE", .table("gs_change"), onlyForOlderRelays: true),
+    Grant(
+      "INSERT", .table("gs_row"), ["grp", "store", "tbl", "gid", "seq", "origin_host", "columns", "data"],
+      onlyForOlderRelays: true),
+    Grant("UPDATE", .table("gs_row"), ["seq", "origin_host", "columns", "data"], onlyForOlderRelays: true),
+    Grant("UPDATE", .table("gs_host"), ["shipped_seq"], onlyForOlderRelays: true),
+    Grant(
+      "INSERT", .table("gs_conflict"),
+      ["grp", "store", "seq", "tbl", "gid", "rule", "winner_host", "loser_host", "record", "format"],
+      onlyForOlderRelays: true),
+    Grant("USAGE", .sequence("gs_conflict_id_seq"), onlyForOlderRelays: true),
+    Grant("EXECUTE", .function(SharedSchema.ship3Signature), onlyForOlderRelays: true),
+    Grant("EXECUTE", .function(SharedSchema.ship2Signature), onlyForOlderRelays: true),
+    Grant("EXECUTE", .function(SharedSchema.advance2Signature), onlyForOlderRelays: true),
     Grant("EXECUTE", .function(SharedSchema.ship1Signature), onlyForOlderRelays: true),
   ]
 
@@ -256,6 +274,7 @@ extension SharedLog {
     var missing = access.missingPrivileges
     if access.rowSecurityActive && !access.memberTableExists { missing.append("SELECT on gs_member (no such table)") }
     guard missing.isEmpty else { throw RelayError.missingPrivileges(role: access.role, missing: missing) }
+    entriesRideWakeUps = !access.rowSecurityActive
     guard access.rowSecurityActive else { return }
     let member = try connection.query(
       "SELECT EXISTS (SELECT 1 FROM gs_member WHERE role = current_user AND grp = $1 AND host = $2)", [group, host])

@@ -28,9 +28,28 @@ public struct GroupFleet: Sendable, Equatable, Codable {
     public var transport: String?
   }
 
+  /// The group's settings on the server (``GroupSettings``), as they stand.
+  public struct Settings: Sendable, Equatable, Codable, CustomStringConvertible {
+    public var retention: GroupSettings.Retention
+    public var retentionPassesMembers: Bool
+    public var maxShipmentBytes: Int64
+
+    public var description: String {
+      let kept =
+        switch retention {
+        case .everything: "every entry"
+        case .entries(let count):
+          "the newest \(count) entries, "
+            + (retentionPassesMembers ? "older ones purged even if a member has not applied them" : "older ones purged once every member applied them")
+        }
+      return "retention: \(kept); largest shipment: \(maxShipmentBytes) bytes"
+    }
+  }
+
   public var group: String
   /// The group's log format (``LogFormat``).
   public var format: Int
+  public var settings: Settings
   public var members: [Member]
 
   /// Reads `group`'s fleet from the server `conninfo` names (the relay's
@@ -60,6 +79,24 @@ public struct GroupFleet: Sendable, Equatable, Codable {
       throw RelayError.invalidConfiguration("group '\(group)' has no host '\(host)' to retire")
     }
     try log.retire(group: group, host: host)
+    return try log.fleet(group: group)
+  }
+
+  /// Sets `group`'s settings on the server (those `settings` names; the
+  /// others stay) and returns the fleet afterwards. An administrator's
+  /// act: under the printed set-up only the tables' owner may. Makes or
+  /// migrates the relay's objects first where they are missing or older.
+  ///
+  /// - Throws: ``RelayError/invalidConfiguration(_:)`` for a setting out of
+  ///   range; ``RelayError/missingPrivileges(role:missing:)`` for a role
+  ///   that may not change them; ``RelayError`` from the server.
+  @discardableResult
+  public static func configure(
+    _ settings: GroupSettings, group: String, conninfo: String, timeouts: RelayTimeouts = RelayTimeouts()
+  ) throws -> GroupFleet {
+    try settings.validate()
+    let log = try session(conninfo: conninfo, timeouts: timeouts)
+    try log.configure(group: group, settings: settings)
     return try log.fleet(group: group)
   }
 

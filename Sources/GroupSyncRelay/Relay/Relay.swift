@@ -80,9 +80,6 @@ public final class Relay: @unchecked Sendable {
       throw RelayError.invalidConfiguration("group name '\(configuration.group)': 1-200 bytes")
     }
     guard !configuration.stores.isEmpty else { throw RelayError.invalidConfiguration("no store to replicate") }
-    if let retention = configuration.retention, retention < 1 {
-      throw RelayError.invalidConfiguration("retention \(retention): keep at least 1 entry")
-    }
     try configuration.timeouts.validate()
     guard configuration.batchWindow >= .zero, configuration.batchWindow <= .seconds(10) else {
       throw RelayError.invalidConfiguration("batch window \(configuration.batchWindow): from 0 to 10 seconds")

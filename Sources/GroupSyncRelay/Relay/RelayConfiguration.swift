@@ -27,9 +27,17 @@ public struct RelayConfiguration: Sendable {
     get { merge.policy }
     set { merge.policy = newValue }
   }
-  /// Log entries kept per store: older ones are purged as new ones come
-  /// (nil: none purged). A host whose place was purged re-synchronises.
-  public var retention: Int64?
+  /// Retention is no host's to decide since relay 5: one host could purge
+  /// what the others had not applied yet. It is the group's setting on
+  /// the server, an administrator's (``GroupSettings``).
+  @available(
+    *, unavailable,
+    message: "retention is the group's setting on the server: GroupSettings, set by an administrator with GroupFleet.configure or AccessSetup(settings:)"
+  )
+  public var retention: Int64? {
+    get { nil }
+    set {}
+  }
   /// How the relay learns that another host shipped (``RelayTransport``;
   /// default ``RelayTransport/notify``).
   public var transport: RelayTransport
@@ -113,7 +121,6 @@ public struct RelayConfiguration: Sendable {
     self.host = host ?? ProcessInfo.processInfo.hostName
     stores = ["main"]
     merge = MergeRules(policy: .objectTrump)
-    retention = nil
     transport = .notify
     pollInterval = .seconds(1)
     leaseDuration = .seconds(10)

@@ -33,8 +33,6 @@ final class ReplicaContext: @unchecked Sendable {
   /// The author label of the relay's own local writes: change sets with it
   /// came from the log and are never shipped back.
   let author: String
-  /// Log entries older than the newest minus this are purged.
-  let retention: Int64?
   /// Relations declared to the relay (the schema's own are read from it).
   let references: [RowReference]
   /// The places, as committed locally (`shipped` may lag PostgreSQL's
@@ -89,7 +87,7 @@ final class ReplicaContext: @unchecked Sendable {
 
   init(
     store: Store, storeName: String, group: String, host: String, merge: MergeRules,
-    version: RelayVersion = .current, author: String, retention: Int64?, references: [RowReference] = [], stop: WakePipe? = nil, failpoints: RelayFailpoints = RelayFailpoints(nil),
+    version: RelayVersion = .current, author: String, references: [RowReference] = [], stop: WakePipe? = nil, failpoints: RelayFailpoints = RelayFailpoints(nil),
     metricsFactory: (any MetricsFactory)? = nil, emit: @escaping @Sendable (RelayEvent) -> Void
   ) throws {
     self.store = store
@@ -99,7 +97,6 @@ final class ReplicaContext: @unchecked Sendable {
     self.merge = merge
     self.version = version
     self.author = author
-    self.retention = retention
     self.references = references
     self.emit = emit
     self.stop = stop

@@ -87,7 +87,9 @@ extension RelaySession {
           legacy
           ? SharedLog.Hint.parseLegacy(notification.payload, for: context.replica)
           : log.tags[context.storeName].flatMap { SharedLog.Hint.parse(notification.payload, tag: $0) }
-        if let hint { context.take(hint) }
+        // Under row-level security, only the position: an entry is read
+        // from the log (a member could forge one in a wake-up).
+        if let hint { context.take(log.entriesRideWakeUps ? hint : SharedLog.Hint(position: hint.position, entry: nil)) }
       }
     }
     return !received.isEmpty

@@ -109,7 +109,7 @@ final class RelaySession: @unchecked Sendable {
         return try ReplicaContext(
           store: store, storeName: name, group: configuration.group, host: configuration.host,
           merge: configuration.merge, version: configuration.version, author: author,
-          retention: configuration.retention, references: configuration.references, stop: stopSignal,
+          references: configuration.references, stop: stopSignal,
           failpoints: failpoints, metricsFactory: configuration.metricsFactory, emit: emit)
       }
       self.group = group

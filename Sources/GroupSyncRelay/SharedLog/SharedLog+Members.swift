@@ -25,7 +25,7 @@ extension SharedLog {
         ON CONFLICT (grp, host) DO UPDATE SET version = excluded.version, reads = excluded.reads,
           merge_rules = excluded.merge_rules, transport = excluded.transport, announced_at = now(), retired_at = NULL
         """, [group, host, version.name, reads, rules, transport.rawValue]),
-      Statement("SELECT gs_advance_2($1)", [group]),
+      Statement("SELECT gs_advance_5($1)", [group]),
       Self.differingRulesStatement(group: group, host: host, rules: rules),
       Self.wakesStatement(group: group, host: host),
     ])
@@ -41,7 +41,7 @@ extension SharedLog {
   @discardableResult
   func advanceFormat(group: String, host: String, rules: String) throws -> LogFormat {
     let results = try exchange([
-      Statement("SELECT gs_advance_2($1)", [group]), Self.differingRulesStatement(group: group, host: host, rules: rules),
+      Statement("SELECT gs_advance_5($1)", [group]), Self.differingRulesStatement(group: group, host: host, rules: rules),
       Self.wakesStatement(group: group, host: host),
     ])
     try readDifferingRules(results[1])
@@ -72,7 +72,7 @@ extension SharedLog {
 
   private func readGroupFormat(_ rows: PostgresRows) throws -> LogFormat {
     guard let number = try rows.first?.decode(Int?.self, at: 0) else {
-      throw RelayError.unexpectedAnswer(statement: "gs_advance_2", problem: "it returned no format")
+      throw RelayError.unexpectedAnswer(statement: "gs_advance_5", problem: "it returned no format")
     }
     groupFormat = LogFormat(rawValue: number)
     return groupFormat
@@ -90,7 +90,7 @@ extension SharedLog {
         INSERT INTO gs_peer AS p (grp, host, version, reads, retired_at) VALUES ($1, $2, '1', '{1}', now())
         ON CONFLICT (grp, host) DO UPDATE SET retired_at = now()
         """, [group, host]),
-      Statement("SELECT gs_advance_2($1)", [group]),
+      Statement("SELECT gs_advance_5($1)", [group]),
     ])
     return try readGroupFormat(results[1])
   }
@@ -105,11 +105,38 @@ extension SharedLog {
     ])
   }
 
-  /// Where `group`'s fleet stands: its format, and each host's version,
-  /// formats, last sign of life and holds.
+  /// Sets `group`'s settings (an administrator's act), in one transaction;
+  /// makes or migrates the objects first if this role may and they are
+  /// missing or older.
+  func configure(group: String, settings: GroupSettings) throws {
+    let access = try inspectAccess()
+    if !access.isCurrent, (access.schema?.version ?? 0) < SharedSchema.version {
+      do {
+        try createTables()
+      } catch SQLState.insufficientPrivilege {
+        throw RelayError.sharedTablesUnavailable(role: access.role, problem: access.problem)
+      }
+    }
+    do {
+      try connection.transaction {
+        for statement in settings.statements(group: group) { try connection.query(statement) }
+      }
+    } catch SQLState.insufficientPrivilege {
+      throw RelayError.missingPrivileges(
+        role: access.role, missing: ["UPDATE on gs_group (the group's settings are an administrator's: the tables' owner)"])
+    }
+  }
+
+  /// Where `group`'s fleet stands: its format and settings, and each
+  /// host's version, formats, last sign of life and holds.
   func fleet(group: String) throws -> GroupFleet {
     let results = try exchange([
-      Statement("SELECT coalesce((SELECT format FROM gs_group WHERE grp = $1), 1)", [group]),
+      Statement(
+        """
+        SELECT coalesce(g.format, 1), g.retention, coalesce(g.retention_passes_members, false),
+          coalesce(g.max_shipment_bytes, \(SharedSchema.defaultMaxShipmentBytes))
+        FROM (SELECT 1) one LEFT JOIN gs_group g ON g.grp = $1
+        """, [group]),
       Statement(
         """
         SELECT coalesce(p.host, h.host), p.version, coalesce(array_to_string(p.reads, ','), '1'),
@@ -132,6 +159,12 @@ extension SharedLog {
         holds: (try row.decode(String?.self, at: 5) ?? "").split(separator: ",").map(String.init),
         retired: try row.decode(Bool.self, at: 6), transport: try row.decode(String?.self, at: 7))
     }
-    return GroupFleet(group: group, format: try results[0].first?.decode(Int?.self, at: 0) ?? 1, members: members)
+    let row = results[0].first
+    let settings = GroupFleet.Settings(
+      retention: try row?.decode(Int64?.self, at: 1).map { .entries($0) } ?? .everything,
+      retentionPassesMembers: try row?.decode(Bool.self, at: 2) ?? false,
+      maxShipmentBytes: try row?.decode(Int64?.self, at: 3) ?? SharedSchema.defaultMaxShipmentBytes)
+    return GroupFleet(
+      group: group, format: try row?.decode(Int?.self, at: 0) ?? 1, settings: settings, members: members)
   }
 }

@@ -33,8 +33,6 @@ extension SharedLog {
     /// The entry's body (``LogEntry/encoded(format:)``), and its format.
     let body: String
     let format: LogFormat
-    /// Entries older than the newest minus this are purged (nil: none).
-    let retention: Int64?
     let winners: [Winner]
     /// The conflicts settled, each with its record as JSON.
     let conflicts: [(record: ConflictRecord, json: String)]
@@ -46,15 +44,9 @@ extension SharedLog {
   /// ``beginShipment(_:targets:)``'s statements, prepared once per session.
   static let lockShippedPlace = PreparedSQL(
     "lock_shipped", "SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3 FOR UPDATE")
+  /// The rows, through `gs_lock_5` (a host role may not lock them itself).
   static let lockRows = PreparedSQL(
-    "lock_rows",
-    """
-    SELECT r.tbl, r.gid, r.seq, r.origin_host, r.columns, r.data
-    FROM (SELECT DISTINCT u.tbl, u.gid FROM unnest($3::text[], $4::text[]) AS u(tbl, gid) ORDER BY u.tbl, u.gid) w
-    CROSS JOIN LATERAL (
-      SELECT g.tbl, g.gid, g.seq, g.origin_host, g.columns, g.data FROM gs_row g
-      WHERE g.grp = $1 AND g.store = $2 AND g.tbl = w.tbl AND g.gid = w.gid FOR UPDATE) r
-    """)
+    "lock_rows_5", "SELECT tbl, gid, seq, origin_host, columns, data FROM gs_lock_5($1, $2, $3, $4::text[], $5::text[])")
 
   /// `BEGIN`, then locks `replica`'s row of `gs_host` and the rows of
   /// `gs_row` named by `targets`, and reads them: one round trip. The
@@ -63,7 +55,7 @@ extension SharedLog {
     let results = try connection.query([
       .init("BEGIN"),
       .init(Self.lockShippedPlace, [replica.group, replica.store, replica.host]),
-      .init(Self.lockRows, [replica.group, replica.store, targets.map(\.table), targets.map(\.gid)]),
+      .init(Self.lockRows, [replica.group, replica.store, replica.host, targets.map(\.table), targets.map(\.gid)]),
     ])
     let rows = try results[2].map { row in
       CurrentRow(row: try StoredRow(row, skipping: 1), host: try row.decode(String.self, at: 3))
@@ -90,22 +82,24 @@ extension SharedLog {
 
   /// ``ship(_:_:settled:)``'s call, prepared once per session.
   static let shipCall = PreparedSQL(
-    "ship_3",
+    "ship_5",
     """
-    SELECT outcome, pos, group_format FROM gs_ship_3($1, $2, $3, $4::bigint, $5, $6::bigint,
-      $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[],
-      $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::boolean, $19::smallint,
-      $20::uuid, $21::bigint)
+    SELECT outcome, pos, group_format FROM gs_ship_5($1, $2, $3, $4::bigint, $5,
+      $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[],
+      $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::boolean, $18::smallint,
+      $19::uuid, $20::bigint)
     """)
 
-  /// Ships in one statement, `gs_ship_3`: unless `settled`, it locks this
+  /// Ships in one statement, `gs_ship_5`: unless `settled`, it locks this
   /// host's shipped place and the rows the shipment writes, and stops if
   /// the place is already past `through` or a row moved past the image's
   /// base; then it takes the next position (`UPDATE gs_clock … RETURNING
   /// seq`: the row lock orders shippers, so positions are gapless and in
   /// commit order), records the winners, appends the entry and its
-  /// conflicts, moves the shipped place and purges what retention lets
-  /// go. The group's format comes back with the outcome (``groupFormat``).
+  /// conflicts, moves the shipped place and purges what the group's
+  /// retention lets go. The server refuses, naming why (SQLSTATE 22023),
+  /// a shipment that is not one every relay can read or is over the
+  /// group's size limit (``SharedSchema/shipmentProblem5``). The group's format comes back with the outcome (``groupFormat``).
   /// Once it committed, the group's listening members are woken in a
   /// transaction of its own, in the same pipeline
   /// (``wakeStatements(_:through:body:)``: the entry itself in the payload
@@ -127,7 +121,7 @@ extension SharedLog {
     let statement = Statement(
       Self.shipCall,
       [
-        replica.group, replica.store, replica.host, shipment.through, shipment.body, shipment.retention,
+        replica.group, replica.store, replica.host, shipment.through, shipment.body,
         shipment.winners.map(\.table), shipment.winners.map(\.gid), shipment.winners.map(\.position),
         shipment.winners.map(\.columns), shipment.winners.map(\.data),
         conflicts.map(\.table), conflicts.map(\.gid), conflicts.map(\.rule.rawValue), conflicts.map(\.winnerHost),
@@ -158,7 +152,7 @@ extension SharedLog {
         host: replica.host, group: replica.group, where: "another relay took the host's lease over")
     default:
       throw RelayError.unexpectedAnswer(
-        statement: "gs_ship_3", problem: "gs_clock has no row for store '\(replica.store)' of group '\(replica.group)'")
+        statement: "gs_ship_5", problem: "gs_clock has no row for store '\(replica.store)' of group '\(replica.group)'")
     }
   }
 

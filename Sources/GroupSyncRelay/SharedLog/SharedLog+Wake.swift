@@ -49,7 +49,7 @@ extension SharedLog {
   /// Takes ``wakesStatement(group:host:)``'s answer.
   func readWakes(_ rows: PostgresRows) throws {
     guard let row = rows.first, let channel = try row.decode(String?.self, at: 0) else {
-      throw RelayError.unexpectedAnswer(statement: "gs_group", problem: "the group has no row (gs_advance_2 makes it)")
+      throw RelayError.unexpectedAnswer(statement: "gs_group", problem: "the group has no row (gs_advance_5 makes it)")
     }
     wakes = Wakes(
       channel: channel, listeners: try row.decode(Bool?.self, at: 1) ?? true,
@@ -93,7 +93,8 @@ extension SharedLog {
       let prefix = tag + ":"
       // Room for the position's digits: the payload stays under the limit.
       let entry = "\n" + replica.host + " " + String(through) + "\n" + body
-      let carried = prefix.utf8.count + 20 + entry.utf8.count < Hint.payloadLimit ? entry : ""
+      let fits = prefix.utf8.count + 20 + entry.utf8.count < Hint.payloadLimit
+      let carried = entriesRideWakeUps && fits ? entry : ""
       statements.append(Statement(Self.wake, origin + [channel, prefix, carried]))
     }
     if wakes.olderMembers {

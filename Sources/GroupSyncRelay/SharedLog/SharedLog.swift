@@ -69,6 +69,12 @@ final class SharedLog {
   var listening: Set<String> = []
   /// Off only for tests of a lost wake-up (``RelayFailpoints``).
   var sendsWakeUps = true
+  /// Whether wake-ups carry entries and a carried entry is applied
+  /// (``Hint``): not under row-level security (``prepareAccess(group:host:)``
+  /// finds it on), where any member could send a wake-up on the group's
+  /// channel with an entry under another host's name. Each entry is then
+  /// read from the log, which only its host's shipment writes.
+  var entriesRideWakeUps = true
   /// Whether every shipment wakes the group's channel, whoever listens
   /// (a notify relay's session; see ``Wakes/listeners``).
   var wakesAlways = false

@@ -27,10 +27,14 @@ import Foundation
 /// version 4, which listens on `gs_changes`); the host's lease
 /// (`gs_peer.lease_holder`, `lease_until`), which stands for the advisory
 /// lock where a pooler keeps no session; and `gs_ship_3`, which does not
-/// notify, so that the wake-up commits apart.
+/// notify, so that the wake-up commits apart. Version 5: hosts that
+/// cannot harm each other (see `SharedSchema+Version5.swift`): the
+/// functions a host role writes through, which check who calls and what
+/// it carries, and the group's retention and size limit, an
+/// administrator's settings.
 enum SharedSchema {
   /// The version this build makes and needs.
-  static let version = 4
+  static let version = 5
   /// The oldest relay schema the objects of ``version`` still serve:
   /// version 1's relays go on with `gs_ship`, kept as it was.
   static let servesFrom = 1
@@ -45,7 +49,7 @@ enum SharedSchema {
 
   /// Every version's statements, in order: the one transaction that
   /// makes or migrates the server's objects.
-  static var statements: [String] { version1 + version2 + version3 + version4 + [recordVersion] }
+  static var statements: [String] { version1 + version2 + version3 + version4 + version5 + [recordVersion] }
 
   // MARK: The tables
 
@@ -82,6 +86,10 @@ enum SharedSchema {
     [
       (ship1Signature, body(ship1)), (ship2Signature, body(ship2)), (advance2Signature, body(advance2)),
       (ship3Signature, body(ship3)), (window4Signature, body(window4)),
+      (actsAs5Signature, body(actsAs5)), (formatMark5Signature, body(formatMark5)),
+      (valueIsValid5Signature, body(valueIsValid5)), (shipmentProblem5Signature, body(shipmentProblem5)),
+      (purgePoint5Signature, body(purgePoint5)), (ship5Signature, body(ship5)), (lock5Signature, body(lock5)),
+      (advance5Signature, body(advance5)),
     ]
   }
 
@@ -289,9 +297,48 @@ enum SharedSchema {
   static let ship3 = shipFunction(version: 3)
 
   /// The text of `gs_ship_2` (`version` 2, byte for byte as it shipped:
-  /// relays compare it with the server's) or `gs_ship_3`.
-  private static func shipFunction(version: Int) -> String {
-    let (name, leaseParameter) = version == 2 ? ("gs_ship_2", "") : ("gs_ship_3", ", p_lease uuid, p_known bigint")
+  /// relays compare it with the server's), `gs_ship_3` or `gs_ship_5`
+  /// (``SharedSchema/ship5``).
+  static func shipFunction(version: Int) -> String {
+    let checked = version >= 5
+    let name = "gs_ship_\(version)"
+    let retentionParameter = checked ? "" : " p_retention bigint,"
+    let leaseParameter = version == 2 ? "" : ", p_lease uuid, p_known bigint"
+    let rights = checked ? " SECURITY DEFINER" : ""
+    let checkedDeclarations =
+      checked
+      ? """
+          v_limit bigint;
+          v_retention bigint;
+          v_passes boolean;
+          v_problem text;
+          v_point bigint;
+
+      """
+      : ""
+    let groupRead =
+      checked
+      ? """
+        SELECT coalesce(g.format, 1), coalesce(g.max_shipment_bytes, \(defaultMaxShipmentBytes)), g.retention,
+          coalesce(g.retention_passes_members, false)
+        INTO v_group, v_limit, v_retention, v_passes
+        FROM (SELECT 1) one LEFT JOIN gs_group g ON g.grp = p_grp;
+        IF NOT gs_acts_as_5(p_grp, p_host) THEN
+          RAISE EXCEPTION 'groupsync: role % may not ship as host % of group %', session_user, p_host, p_grp
+            USING ERRCODE = '42501', HINT = 'gs_member names the host roles (groupsync relay --print-setup)';
+        END IF;
+        v_problem := gs_shipment_problem_5(p_host, p_body, p_format, v_group, v_limit, w_tbl, w_gid, w_base,
+          w_columns, w_data, c_tbl, c_gid, c_rule, c_winner, c_loser, c_record);
+        IF v_problem IS NOT NULL THEN
+          RAISE EXCEPTION 'groupsync: the shipment of host % to store % of group % is refused: %',
+            p_host, p_store, p_grp, v_problem USING ERRCODE = '22023';
+        END IF;
+
+      """
+      : """
+        SELECT coalesce((SELECT g.format FROM gs_group g WHERE g.grp = p_grp), 1) INTO v_group;
+
+      """
     let leaseCheck =
       version == 2
       ? ""
@@ -313,6 +360,41 @@ enum SharedSchema {
             END IF;
 
         """
+    let takePosition =
+      checked
+      ? """
+        -- The purge comes last, from the group's retention (``SharedSchema/purge5``).
+        UPDATE gs_clock k SET seq = k.seq + 1
+        WHERE k.grp = p_grp AND k.store = p_store RETURNING k.seq, k.purged_through INTO v_seq, v_purged;
+
+      """
+      : """
+        -- Retention never purges an entry a host holds (it cannot read its
+        -- format yet, and applies it once upgraded).
+        UPDATE gs_clock k SET seq = k.seq + 1,
+          purged_through = CASE WHEN p_retention IS NULL THEN k.purged_through
+            ELSE greatest(k.purged_through, least(k.seq + 1 - p_retention,
+              coalesce((SELECT min(h.held_at) - 1 FROM gs_host h
+                        WHERE h.grp = p_grp AND h.store = p_store AND h.held_at IS NOT NULL), k.seq + 1))) END
+        WHERE k.grp = p_grp AND k.store = p_store RETURNING k.seq, k.purged_through INTO v_seq, v_purged;
+
+      """
+    let purge =
+      checked
+      ? """
+        v_point := gs_purge_point_5(p_grp, p_store, v_seq, v_retention, v_passes);
+        IF v_point > v_purged THEN
+          UPDATE gs_clock k SET purged_through = v_point WHERE k.grp = p_grp AND k.store = p_store;
+          DELETE FROM gs_change c WHERE c.grp = p_grp AND c.store = p_store AND c.seq > v_purged AND c.seq <= v_point;
+        END IF;
+
+      """
+      : """
+        IF p_retention IS NOT NULL THEN
+          DELETE FROM gs_change c WHERE c.grp = p_grp AND c.store = p_store AND c.seq <= v_purged;
+        END IF;
+
+      """
     let notify =
       version == 2
       ? """
@@ -329,11 +411,11 @@ enum SharedSchema {
       : ""
     return """
     CREATE OR REPLACE FUNCTION \(name)(
-      p_grp text, p_store text, p_host text, p_through bigint, p_body text, p_retention bigint,
+      p_grp text, p_store text, p_host text, p_through bigint, p_body text,\(retentionParameter)
       w_tbl text[], w_gid text[], w_base bigint[], w_columns text[], w_data text[],
       c_tbl text[], c_gid text[], c_rule text[], c_winner text[], c_loser text[], c_record text[],
       p_settled boolean, p_format smallint\(leaseParameter))
-    RETURNS TABLE(outcome text, pos bigint, group_format smallint) LANGUAGE plpgsql AS $fn$
+    RETURNS TABLE(outcome text, pos bigint, group_format smallint) LANGUAGE plpgsql\(rights) AS $fn$
     DECLARE
       v_shipped bigint;
       v_moved boolean;
@@ -341,9 +423,8 @@ enum SharedSchema {
       v_purged bigint;
       v_hint text;
       v_group smallint;
-    BEGIN
-      SELECT coalesce((SELECT g.format FROM gs_group g WHERE g.grp = p_grp), 1) INTO v_group;
-    \(leaseCheck)  IF NOT p_settled THEN
+    \(checkedDeclarations)BEGIN
+    \(groupRead)\(leaseCheck)  IF NOT p_settled THEN
         SELECT h.shipped_seq INTO v_shipped FROM gs_host h
         WHERE h.grp = p_grp AND h.store = p_store AND h.host = p_host FOR UPDATE;
         IF v_shipped >= p_through THEN
@@ -363,15 +444,7 @@ enum SharedSchema {
           RETURN;
         END IF;
       END IF;
-      -- Retention never purges an entry a host holds (it cannot read its
-      -- format yet, and applies it once upgraded).
-      UPDATE gs_clock k SET seq = k.seq + 1,
-        purged_through = CASE WHEN p_retention IS NULL THEN k.purged_through
-          ELSE greatest(k.purged_through, least(k.seq + 1 - p_retention,
-            coalesce((SELECT min(h.held_at) - 1 FROM gs_host h
-                      WHERE h.grp = p_grp AND h.store = p_store AND h.held_at IS NOT NULL), k.seq + 1))) END
-      WHERE k.grp = p_grp AND k.store = p_store RETURNING k.seq, k.purged_through INTO v_seq, v_purged;
-      IF v_seq IS NULL THEN
+    \(takePosition)  IF v_seq IS NULL THEN
         RETURN QUERY SELECT 'noclock'::text, 0::bigint, v_group;
         RETURN;
       END IF;
@@ -387,10 +460,7 @@ enum SharedSchema {
       FROM unnest(c_tbl, c_gid, c_rule, c_winner, c_loser, c_record) AS c(tbl, gid, rule, winner, loser, record);
       UPDATE gs_host h SET shipped_seq = p_through, seen_at = now()
       WHERE h.grp = p_grp AND h.store = p_store AND h.host = p_host;
-      IF p_retention IS NOT NULL THEN
-        DELETE FROM gs_change c WHERE c.grp = p_grp AND c.store = p_store AND c.seq <= v_purged;
-      END IF;
-    \(notify)  RETURN QUERY SELECT 'shipped'::text, v_seq, v_group;
+    \(purge)\(notify)  RETURN QUERY SELECT 'shipped'::text, v_seq, v_group;
     END
     $fn$
     """
@@ -405,15 +475,29 @@ enum SharedSchema {
   /// A member that announced nothing (a relay of version 1) reads format 1.
   /// Runs with its owner's rights: under row-level security a host's
   /// role reads only its own rows of `gs_member`.
-  static let advance2 = """
-    CREATE OR REPLACE FUNCTION gs_advance_2(p_grp text)
+  static let advance2 = advanceFunction(version: 2)
+
+  /// The text of `gs_advance_2` (byte for byte as it shipped) or
+  /// `gs_advance_5`, which moves the format only for a member of the group.
+  static func advanceFunction(version: Int) -> String {
+    let check =
+      version < 5
+      ? ""
+      : """
+        IF NOT gs_acts_as_5(p_grp, NULL) THEN
+          RAISE EXCEPTION 'groupsync: role % is no member of group %', session_user, p_grp USING ERRCODE = '42501';
+        END IF;
+
+      """
+    return """
+    CREATE OR REPLACE FUNCTION gs_advance_\(version)(p_grp text)
     RETURNS smallint LANGUAGE plpgsql SECURITY DEFINER AS $fn$
     DECLARE
       v_listed boolean;
       v_next smallint;
       v_format smallint;
     BEGIN
-      INSERT INTO gs_group AS g (grp) VALUES (p_grp) ON CONFLICT (grp) DO NOTHING;
+    \(check)  INSERT INTO gs_group AS g (grp) VALUES (p_grp) ON CONFLICT (grp) DO NOTHING;
       SELECT EXISTS (SELECT 1 FROM gs_member m WHERE m.grp = p_grp) INTO v_listed;
       WITH member AS (
         SELECT m.host FROM gs_member m WHERE v_listed AND m.grp = p_grp
@@ -436,6 +520,7 @@ enum SharedSchema {
     END
     $fn$
     """
+  }
 }
 
 /// The tables of ``SharedSchema/tables``, each with its `CREATE TABLE`.

@@ -54,7 +54,7 @@ extension Shipper {
       let body = try entry.encoded(format: format)
       context.trace?.encoded = RelayTrace.now()
       let shipment = SharedLog.Shipment(
-        through: plan.through, body: body, format: format, retention: context.retention, winners: winners,
+        through: plan.through, body: body, format: format, winners: winners,
         conflicts: [], shippedBefore: context.place.current.lastShipment)
       switch try log.ship(context.replica, shipment, settled: false) {
       case .shipped(let position): return .shipped(position: position, entry: entry, bytes: body.utf8.count, caughtUp: [])
@@ -98,12 +98,12 @@ extension Shipper {
       let shipped = try log.ship(
         context.replica,
         SharedLog.Shipment(
-          through: plan.through, body: body, format: format, retention: context.retention, winners: winners,
+          through: plan.through, body: body, format: format, winners: winners,
           conflicts: conflicts),
         settled: true)
       guard case .shipped(let position) = shipped else {
         throw RelayError.unexpectedAnswer(
-          statement: "gs_ship_3", problem: "a settled shipment of store '\(context.storeName)' was refused (\(shipped))")
+          statement: "gs_ship_5", problem: "a settled shipment of store '\(context.storeName)' was refused (\(shipped))")
       }
       for index in entry.conflicts.indices { entry.conflicts[index].sequence = position }
       return .shipped(position: position, entry: entry, bytes: body.utf8.count, caughtUp: caughtUp)

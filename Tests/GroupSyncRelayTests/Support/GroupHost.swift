@@ -78,6 +78,11 @@ final class GroupHost: @unchecked Sendable {
   /// `--whole-rows` tables (this build's relay only).
   var rules: [String] = []
   var wholeRows: [String] = []
+  /// The group's retention, entries (nil: the group's setting stays):
+  /// this build's relay has the group configured so before it starts
+  /// (`groupsync relay --configure`, on ``directConninfo``, purging past
+  /// members as relays' own `--retention` did before relay 5); a legacy
+  /// relay is given `--retention`.
   var retention: Int64?
   /// Where the relay writes its metrics (`--metrics-file`), and how often
   /// (`--metrics-interval`, seconds).
@@ -149,7 +154,16 @@ final class GroupHost: @unchecked Sendable {
     }
     for rule in rules { arguments += ["--policy", rule] }
     for table in wholeRows { arguments += ["--whole-rows", table] }
-    if let retention { arguments += ["--retention", String(retention)] }
+    if let retention {
+      if build == .legacy {
+        arguments += ["--retention", String(retention)]
+      } else {
+        _ = try await Executables.groupsync([
+          "relay", "--configure", "--group", "app", "--postgres", directConninfo, "--retention", String(retention),
+          "--retention-passes-members", "true",
+        ])
+      }
+    }
     if let deadLinkTimeout { arguments += ["--dead-link-timeout", String(deadLinkTimeout.inSeconds)] }
     for reference in references { arguments += ["--reference", reference] }
     if let metricsFile { arguments += ["--metrics-file", metricsFile, "--metrics-interval", String(metricsInterval)] }
