@@ -219,7 +219,7 @@ struct RelayCommand: ParsableCommand {
         throw ValidationError("--configure: name a setting (--retention, --retention-passes-members, --max-shipment-bytes)")
       }
     } else {
-      guard try settings().isEmpty, !olderRelays else {
+      guard retention == nil, retentionPassesMembers == nil, maxShipmentBytes == nil, !olderRelays else {
         throw ValidationError(
           "--retention, --retention-passes-members, --max-shipment-bytes and --older-relays are the group's settings "
             + "on the server, an administrator's, since relay 5 (one host must not purge what the others need): "

@@ -256,9 +256,9 @@ import Glibc
   }
 
   @Test(arguments: [
-    (["--fleet"], "--fleet and --retire need --group NAME"),
-    (["--retire", "b"], "--fleet and --retire need --group NAME"),
-    (["--fleet", "--group", "app", "/tmp/folder"], "--fleet and --retire take no folder"),
+    (["--fleet"], "--fleet, --retire and --configure need --group NAME"),
+    (["--retire", "b"], "--fleet, --retire and --configure need --group NAME"),
+    (["--fleet", "--group", "app", "/tmp/folder"], "--fleet, --retire and --configure take no folder"),
   ])
   func theFleetCommandsRefuseBadArguments(arguments: [String], message: String) async throws {
     let result = try await Executables.onThread {

@@ -18,7 +18,9 @@ public struct RelayVersion: Sendable, Equatable, Codable {
   /// server's `gs_schema`).
   public var serverSchema: Int
 
-  /// This build: relay 4 reads and writes as relay 3 did, and wakes the
+  /// This build: relay 5 reads and writes as relay 4 did, and writes the
+  /// log's shared state only through the server's checked functions
+  /// (server schema 5); relay 4 wakes the
   /// group on its own channel (server schema 4); relay 3 reads formats 1
   /// and 2 and writes format 2 (merging by property) once every member
   /// reads it; relay 2 reads and writes format 1 and announces it; relay 1
@@ -26,7 +28,7 @@ public struct RelayVersion: Sendable, Equatable, Codable {
   /// and reads format 1 only. A member's version number also says which
   /// channel it listens on (below 4: the legacy one, `gs_changes`).
   public static let current = RelayVersion(
-    name: "4", reads: [.v1, .v2], newestWritten: .newest, serverSchema: SharedSchema.version)
+    name: "5", reads: [.v1, .v2], newestWritten: .newest, serverSchema: SharedSchema.version)
 
   /// This build speaking the testing format too (see ``LogFormat/testing``).
   public static let testing = RelayVersion(

@@ -64,9 +64,14 @@ extension SharedLog {
       Statement(Self.updateApplied, [replica.group, replica.store, replica.host, position]), for: replica)
   }
 
-  /// ``recordApplied(_:through:)``'s statement, prepared once per session.
+  /// ``recordApplied(_:through:)``'s statement, prepared once per session:
+  /// a hold the place passed is let go with it.
   static let updateApplied = PreparedSQL(
-    "applied", "UPDATE gs_host SET applied_seq = $4, seen_at = now() WHERE grp = $1 AND store = $2 AND host = $3")
+    "applied",
+    """
+    UPDATE gs_host SET applied_seq = $4, seen_at = now(), held_at = CASE WHEN held_at <= $4 THEN NULL ELSE held_at END
+    WHERE grp = $1 AND store = $2 AND host = $3
+    """)
 
   /// The rows' current images of `replica`'s store and the log's head,
   /// read in one read-only snapshot, to re-synchronise from.

@@ -21,7 +21,9 @@ extension SharedLog {
   }
 
   /// Makes `replica`'s rows of `gs_host` and `gs_clock` if missing, clears
-  /// a hold an earlier relay of this host left, and
+  /// a hold an earlier relay of this host left that its applied place
+  /// passed (one it has not passed stays until this relay applies past it:
+  /// the group's retention never purges the entries it holds for), and
   /// reads its shipped place, the clock, and the origin of the entry at
   /// `place` (this host's applied place), and the store's tag (``tags``):
   /// one round trip.
@@ -29,9 +31,8 @@ extension SharedLog {
     let keys = [replica.group, replica.store, replica.host]
     let results = try exchange([
       .init("INSERT INTO gs_host(grp, store, host) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", keys),
-      // A relay that starts holds nothing yet (it finds out again).
       .init(
-        "UPDATE gs_host SET held_at = NULL WHERE grp = $1 AND store = $2 AND host = $3 AND held_at IS NOT NULL", keys),
+        "UPDATE gs_host SET held_at = NULL WHERE grp = $1 AND store = $2 AND host = $3 AND held_at <= applied_seq", keys),
       .init("INSERT INTO gs_clock(grp, store) VALUES ($1, $2) ON CONFLICT DO NOTHING", [replica.group, replica.store]),
       .init("SELECT shipped_seq FROM gs_host WHERE grp = $1 AND store = $2 AND host = $3", keys),
       .init(

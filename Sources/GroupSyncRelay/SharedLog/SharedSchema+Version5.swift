@@ -310,9 +310,11 @@ extension SharedSchema {
   /// How far `p_store`'s log may be purged once position `p_head` is
   /// taken: nowhere while the group keeps every entry (`p_retention`
   /// NULL); else up to the newest `p_retention` entries, but never past
-  /// what a member has applied or where it holds, unless the
-  /// administrator let retention pass members (`p_passes`), who then
-  /// re-synchronise from the rows' images. Members: the hosts `gs_member`
+  /// what a member has applied, unless the administrator let retention
+  /// pass members (`p_passes`), who then re-synchronise from the rows'
+  /// images; and never where a member holds (it cannot read the entry's
+  /// format yet, and applies it once upgraded; an administrator retires a
+  /// member gone for good). Members: the hosts `gs_member`
   /// names where the set-up is used, else those seen within
   /// ``memberWindow``; less the retired.
   static let purgePoint5 = """
@@ -329,7 +331,8 @@ extension SharedSchema {
           AND NOT EXISTS (SELECT 1 FROM gs_peer p WHERE p.grp = p_grp AND p.host = h.host AND p.retired_at IS NOT NULL)
       )
       SELECT CASE WHEN p_retention IS NULL THEN 0
-        WHEN p_passes THEN greatest(p_head - p_retention, 0)
+        WHEN p_passes THEN greatest(least(p_head - p_retention,
+          coalesce((SELECT min(m.held_at - 1) FROM member m), p_head)), 0)
         ELSE greatest(least(p_head - p_retention,
           coalesce((SELECT min(least(m.applied_seq, coalesce(m.held_at - 1, m.applied_seq))) FROM member m), 0)), 0) END
     $fn$
