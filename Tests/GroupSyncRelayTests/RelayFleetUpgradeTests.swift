@@ -157,6 +157,18 @@ import Glibc
       #expect(try wokeOlderRelays().contains("a"), "\(legacyWakes.count) wake-ups")
       #expect(try server.query("SELECT version, serves_from FROM gs_schema") == [[String(SharedSchema.version), "1"]])
       #expect(try server.query(shipSource) == legacyShip, "gs_ship, which the older relays use, was replaced")
+      // The migration (schema 5, by a's relay) left every older function as
+      // it was, and added the checked ones with their owner's rights and a
+      // fixed search_path.
+      for (signature, source) in SharedSchema.functions {
+        let found = try server.query(
+          "SELECT prosrc, prosecdef, array_to_string(proconfig, ',') FROM pg_proc WHERE oid = to_regprocedure($1)",
+          [signature])
+        #expect(found.first?[0] == source, "\(signature) is not as its version made it")
+        if SharedSchema.checkedFunctions5.contains(signature) {
+          #expect(found.first?[1] == "t" && found.first?[2] == "search_path=public, pg_temp", "\(signature): \(found)")
+        }
+      }
       // An older relay (re)connects to the migrated server and works on.
       try await run(c, .legacy)
       try await step("c restarted, still before versions")
