@@ -78,12 +78,16 @@ struct RelayAttackTests {
   }
 
   /// The SQLSTATE and message `body` fails with; nil when it did not fail.
+  /// (A shipment's content refused by the server comes as
+  /// ``RelayError/shipmentRefused(store:reason:)``, SQLSTATE 22023.)
   private static func refusal(_ body: () throws -> Void) -> (state: SQLState?, message: String)? {
     do {
       try body()
       return nil
     } catch RelayError.postgres(_, let message, let state, _, _) {
       return (state, message)
+    } catch RelayError.shipmentRefused(_, let reason) {
+      return ("22023", reason)
     } catch {
       return (nil, "\(error)")
     }
@@ -289,17 +293,27 @@ struct RelayAttackTests {
     let large = Self.body(gid: "m1", title: String(repeating: "x", count: 4096))
     let tooLarge = Self.refusal { _ = try mallory.ship(Self.mallorysReplica, Self.shipment(1, body: large), settled: false) }
     #expect(tooLarge?.message.contains("over the group's limit of 2048") == true, "\(String(describing: tooLarge))")
-    // An honest host's commit over the limit waits, told why, and ships
-    // once the administrator raises it; nothing is lost meanwhile.
+    // An honest host's commit over the limit waits, told why, while its
+    // host goes on applying; it ships once the administrator raises the
+    // limit; nothing is lost meanwhile.
     try await fleet.web1.exec(["INSERT INTO note(title, body) VALUES ('large', '\(String(repeating: "y", count: 4096))')"])
     let web1 = fleet.web1
     try await waitUntil("web-1 says why its shipment waits") { web1.errorOutput.contains("over the group's limit of 2048") }
+    try await waitUntil("web-1's status says why") {
+      web1.relayStatus()?.lastError?.contains("the server refused a shipment of store 'main'") == true
+    }
+    let status = try await Executables.groupsync(["status", web1.folder])
+    #expect(status.contains("over the group's limit of 2048"), "\(status)")
+    try await fleet.web2.exec(["INSERT INTO note(title, body) VALUES ('meanwhile', 'web-2')"])
+    try await waitUntil("web-1 applies while its shipment waits") {
+      try web1.rows("SELECT title FROM note WHERE title = 'meanwhile'") == ["meanwhile"]
+    }
     _ = try await Executables.groupsync([
       "relay", "--configure", "--group", "app", "--postgres", fleet.server.conninfo, "--max-shipment-bytes", "1048576",
     ])
     try await waitForConvergence([fleet.web1, fleet.web2], server: fleet.server)
     #expect(try fleet.web2.rows("SELECT length(body) FROM note WHERE title = 'large'") == ["4096"])
-    try await fleet.web1.exec(["DELETE FROM note WHERE title = 'large'"])
+    try await fleet.web1.exec(["DELETE FROM note WHERE title IN ('large', 'meanwhile')"])
 
     // Announcing a newer format for itself does not move the group: the
     // others do not read it; nor can it move the group back.

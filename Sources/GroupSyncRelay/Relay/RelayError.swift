@@ -61,6 +61,11 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
   /// a format this relay does not read: the store holds there (applies
   /// and ships nothing) until a relay that reads it runs.
   case unreadableFormat(store: String, position: Int64, format: LogFormat)
+  /// The server refused a shipment of `store` (`reason`, in the server's
+  /// words): over the group's size limit, or not one every relay can read.
+  /// Nothing was written; the store goes on applying, and ships again
+  /// after a pause (an administrator may raise the limit meanwhile).
+  case shipmentRefused(store: String, reason: String)
 
   /// Whether only an administrator can cure this (a table, a grant, a
   /// membership): the relay gives up instead of retrying.
@@ -79,7 +84,7 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
   var leavesConnectionUsable: Bool {
     switch self {
     case .schemaMismatch, .unsupportedTable, .invalidEntry, .unreadableFormat, .uniqueKeysKeepColliding,
-      .unexpectedAnswer:
+      .unexpectedAnswer, .shipmentRefused:
       true
     case .postgres(_, _, let state?, _, _):
       // The connection broke, the server ends the session, or it failed
@@ -144,6 +149,9 @@ public enum RelayError: Error, Equatable, Sendable, CustomStringConvertible {
       return "store '\(store)' holds at entry #\(position) of the shared log: it is in \(format), which this relay "
         + "(\(RelayVersion.current.name)) does not read; \(format.readers) reads it. Nothing is skipped: upgrade "
         + "this host's relay and it applies from there"
+    case .shipmentRefused(let store, let reason):
+      return "the server refused a shipment of store '\(store)' (nothing was written; it ships again after a pause): "
+        + reason
     }
   }
 }

@@ -30,6 +30,10 @@ final class ReplicaContext: @unchecked Sendable {
   /// relay's life (only another build reads it), and no purge passes the
   /// position.
   var formatHold: (position: Int64, format: LogFormat)?
+  /// Until when the store ships nothing, after the server refused a
+  /// shipment (``RelayError/shipmentRefused(store:reason:)``), and why;
+  /// it goes on applying meanwhile.
+  var shippingRefused: (until: ContinuousClock.Instant, reason: String)?
   /// The author label of the relay's own local writes: change sets with it
   /// came from the log and are never shipped back.
   let author: String

@@ -52,6 +52,37 @@ extension RelaySession {
     return try counting(\.applying, log) { try applyAll(log) }
   }
 
+  /// Runs `body`, a store's shipping: a shipment the server refused
+  /// (``RelayError/shipmentRefused(store:reason:)``) stops the store's
+  /// shipping for ``shipmentRetryDelay``, told once per reason, instead of
+  /// failing the pass: the store goes on applying, and the other stores
+  /// ship. A shipment that goes through again clears it.
+  private func refusing(_ context: ReplicaContext, _ log: SharedLog, _ body: () throws -> Void) throws {
+    do {
+      try holding(context, log, body)
+      if context.shippingRefused != nil {
+        context.shippingRefused = nil
+        logger.info("store '\(context.storeName)' ships again")
+        reporter.show(error: nil)
+        refreshStatus(force: true)
+      }
+    } catch let error as RelayError {
+      guard case .shipmentRefused = error else { throw error }
+      let text = error.description
+      if context.shippingRefused?.reason != text {
+        logger.error("\(text)")
+        emit(.error(text))
+      }
+      context.shippingRefused = (.now + Self.shipmentRetryDelay, text)
+      reporter.show(error: text)
+      refreshStatus(force: true)
+    }
+  }
+
+  /// How long a store whose shipment the server refused waits before it
+  /// ships again (a limit raised meanwhile, say).
+  static let shipmentRetryDelay: Duration = .seconds(5)
+
   /// Runs `body` for `context`; an entry or image in a format this relay
   /// does not read puts the store on hold instead of failing the pass.
   private func holding(_ context: ReplicaContext, _ log: SharedLog, _ body: () throws -> Void) throws {
@@ -114,8 +145,9 @@ extension RelaySession {
   private func shipAll(_ log: SharedLog) throws -> PassOutcome? {
     guard differingRules.isEmpty else { return nil }
     for context in contexts where context.formatHold == nil {
+      if let refused = context.shippingRefused, ContinuousClock.now < refused.until { continue }
       var outcome: PassOutcome?
-      try holding(context, log) {
+      try refusing(context, log) {
         shipping: while true {
           waitForBatchWindow()
           switch try Shipper(context: context).ship(log) {

@@ -112,7 +112,9 @@ extension SharedLog {
   /// host. Under a lease (the poll transport: ``leaseHolder``), only while
   /// the host's lease is this relay's.
   ///
-  /// - Throws: ``RelayError/unexpectedAnswer(statement:problem:)`` when
+  /// - Throws: ``RelayError/shipmentRefused(store:reason:)`` when the
+  ///   server refuses what the shipment carries (nothing was written);
+  ///   ``RelayError/unexpectedAnswer(statement:problem:)`` when
   ///   `gs_clock` has no row for the store;
   ///   ``RelayError/relayAlreadyRunning(host:group:where:)`` when another
   ///   relay of the host took its lease over (nothing was written).
@@ -129,16 +131,24 @@ extension SharedLog {
         leaseHolder?.uuidString, shipment.shippedBefore,
       ])
     let wakes = wakeStatements(replica, through: shipment.through, body: shipment.body)
-    let rows =
-      if settled {
-        try connection.query([statement, Statement("COMMIT")] + wakes)[0]
-      } else if wakes.isEmpty {
-        try exchange([statement])[0]
-      } else {
-        // Its own transaction, then the wake-up's (the bookkeeping that
-        // rides along joins the first).
-        try ownTransaction { try exchange([Statement("BEGIN"), statement, Statement("COMMIT")] + wakes)[1] }
-      }
+    let rows: PostgresRows
+    do {
+      rows =
+        if settled {
+          try connection.query([statement, Statement("COMMIT")] + wakes)[0]
+        } else if wakes.isEmpty {
+          try exchange([statement])[0]
+        } else {
+          // Its own transaction, then the wake-up's (the bookkeeping that
+          // rides along joins the first).
+          try ownTransaction { try exchange([Statement("BEGIN"), statement, Statement("COMMIT")] + wakes)[1] }
+        }
+    } catch RelayError.postgres(_, let message, Self.shipmentRefusal?, _, _) where message.contains("groupsync: ") {
+      if connection.isConnected, connection.isInTransaction { connection.rollBackQuietly() }
+      // The server's words, without its CONTEXT lines.
+      let reason = message.components(separatedBy: "groupsync: ").last?.split(separator: "\n").first ?? ""
+      throw RelayError.shipmentRefused(store: replica.store, reason: reason.trimmingCharacters(in: .whitespaces))
+    }
     let row = rows.first
     let outcome = try row?.decode(String?.self, at: 0), position = try row?.decode(Int64?.self, at: 1) ?? 0
     if let format = try row?.decode(Int?.self, at: 2) { groupFormat = LogFormat(rawValue: format) }
@@ -155,6 +165,10 @@ extension SharedLog {
         statement: "gs_ship_5", problem: "gs_clock has no row for store '\(replica.store)' of group '\(replica.group)'")
     }
   }
+
+  /// The SQLSTATE `gs_ship_5` refuses a shipment's content with
+  /// (invalid_parameter_value), its message beginning `groupsync: `.
+  static let shipmentRefusal: SQLState? = "22023"
 
   /// Runs `body`, which opens a transaction of its own: when it fails,
   /// that transaction is rolled back (the pipeline's end does not end a
