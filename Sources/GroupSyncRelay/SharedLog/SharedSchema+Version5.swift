@@ -42,16 +42,19 @@ extension SharedSchema {
   /// only way a host role writes the log's shared state.
   static let checkedFunctions5 = [ship5Signature, lock5Signature, advance5Signature]
 
-  /// Their helpers, which no role is granted (they run inside them).
+  /// Their helpers, which no role is granted: they run inside them, with
+  /// their owner's rights and pinned `search_path` (a `SET` clause of
+  /// their own would keep the SQL ones from being inlined and cost a
+  /// setting's save and restore at every call, per value checked).
   static let helpers5 = [
     actsAs5Signature, formatMark5Signature, valueIsValid5Signature, shipmentProblem5Signature, purgePoint5Signature,
   ]
 
-  /// Pins each function's `search_path` to the log's schema then
+  /// Pins each checked function's `search_path` to the log's schema then
   /// `pg_temp` (last: no temporary table or function a caller made
-  /// stands in for the log's).
+  /// stands in for the log's, in it or in the helpers it calls).
   private static var fixedSearchPaths5: String {
-    let statements = (checkedFunctions5 + helpers5).map { signature in
+    let statements = checkedFunctions5.map { signature in
       "  EXECUTE format('ALTER FUNCTION \(signature) SET search_path = %I, pg_temp', current_schema());"
     }
     return "DO $do$ BEGIN\n" + statements.joined(separator: "\n") + "\nEND $do$"
@@ -70,13 +73,16 @@ extension SharedSchema {
   /// security), a role granted `INSERT` on `gs_change`.
   static let actsAs5 = """
     CREATE OR REPLACE FUNCTION gs_acts_as_5(p_grp text, p_host text)
-    RETURNS boolean LANGUAGE sql STABLE AS $fn$
-      SELECT EXISTS (SELECT 1 FROM gs_member m
+    RETURNS boolean LANGUAGE plpgsql STABLE AS $fn$
+    BEGIN
+      -- PL/pgSQL: its queries' plans are kept for the session.
+      RETURN EXISTS (SELECT 1 FROM gs_member m
           WHERE m.role = session_user AND m.grp = p_grp AND (p_host IS NULL OR m.host = p_host))
         OR EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = session_user AND (r.rolsuper OR r.rolbypassrls))
         OR pg_has_role(session_user, (SELECT c.relowner FROM pg_class c WHERE c.oid = 'gs_change'::regclass), 'MEMBER')
         OR (NOT (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'gs_change'::regclass)
-            AND has_table_privilege(session_user, 'gs_change'::regclass, 'INSERT'))
+            AND has_table_privilege(session_user, 'gs_change'::regclass, 'INSERT'));
+    END
     $fn$
     """
 
@@ -134,170 +140,197 @@ extension SharedSchema {
       w_tbl text[], w_gid text[], w_base bigint[], w_columns text[], w_data text[],
       c_tbl text[], c_gid text[], c_rule text[], c_winner text[], c_loser text[], c_record text[])
     RETURNS text LANGUAGE plpgsql IMMUTABLE AS $fn$
+    -- Indexed loops and plain expressions only: no query per table, row
+    -- or value (measured: a query costs more than the checks it holds).
     DECLARE
       v_size bigint;
       v_body jsonb;
       v_entry jsonb;
-      v_columns jsonb[];
-      v_images jsonb[];
-      v_records jsonb[];
+      v_tables jsonb;
       v_table jsonb;
+      v_rows jsonb;
       v_row jsonb;
       v_values jsonb;
       v_item jsonb;
+      v_columns jsonb;
+      v_name text;
       v_mark integer;
       v_count integer;
-      v_index integer;
+      v_width integer;
+      v_parsing text;
+      v_t integer;
+      v_r integer;
+      v_i integer;
       v_internal constant text := '^(sqlite_|groupsync_|grdb_|gs_relay_)';
     BEGIN
       IF p_format IS NULL OR p_format < 1 OR p_format > p_group THEN
         RETURN format('format %s is not one the group ships in (1 to %s)', coalesce(p_format::text, 'NULL'), p_group);
       END IF;
-      v_count := cardinality(w_tbl);
-      IF cardinality(w_gid) IS DISTINCT FROM v_count OR cardinality(w_base) IS DISTINCT FROM v_count
-        OR cardinality(w_columns) IS DISTINCT FROM v_count OR cardinality(w_data) IS DISTINCT FROM v_count
-        OR cardinality(c_gid) IS DISTINCT FROM cardinality(c_tbl) OR cardinality(c_rule) IS DISTINCT FROM cardinality(c_tbl)
-        OR cardinality(c_winner) IS DISTINCT FROM cardinality(c_tbl)
-        OR cardinality(c_loser) IS DISTINCT FROM cardinality(c_tbl)
-        OR cardinality(c_record) IS DISTINCT FROM cardinality(c_tbl) THEN
+      v_count := coalesce(cardinality(w_tbl), 0);
+      IF coalesce(cardinality(w_gid), 0) <> v_count OR coalesce(cardinality(w_base), 0) <> v_count
+        OR coalesce(cardinality(w_columns), 0) <> v_count OR coalesce(cardinality(w_data), 0) <> v_count
+        OR coalesce(cardinality(c_gid), 0) <> coalesce(cardinality(c_tbl), 0)
+        OR coalesce(cardinality(c_rule), 0) <> coalesce(cardinality(c_tbl), 0)
+        OR coalesce(cardinality(c_winner), 0) <> coalesce(cardinality(c_tbl), 0)
+        OR coalesce(cardinality(c_loser), 0) <> coalesce(cardinality(c_tbl), 0)
+        OR coalesce(cardinality(c_record), 0) <> coalesce(cardinality(c_tbl), 0) THEN
         RETURN 'its lists of rows or of conflicts differ in length';
       END IF;
-      v_size := octet_length(p_body) + coalesce((SELECT sum(octet_length(t))
-        FROM unnest(w_tbl || w_gid || w_columns || w_data || c_tbl || c_gid || c_rule || c_winner || c_loser
-          || c_record) t), 0);
+      v_size := octet_length(p_body) + coalesce(octet_length(array_to_string(w_tbl, '')), 0)
+        + coalesce(octet_length(array_to_string(w_gid, '')), 0) + coalesce(octet_length(array_to_string(w_columns, '')), 0)
+        + coalesce(octet_length(array_to_string(w_data, '')), 0) + coalesce(octet_length(array_to_string(c_tbl, '')), 0)
+        + coalesce(octet_length(array_to_string(c_gid, '')), 0) + coalesce(octet_length(array_to_string(c_rule, '')), 0)
+        + coalesce(octet_length(array_to_string(c_winner, '')), 0)
+        + coalesce(octet_length(array_to_string(c_loser, '')), 0)
+        + coalesce(octet_length(array_to_string(c_record, '')), 0);
       IF v_size > p_limit THEN
         RETURN format('it is %s bytes, over the group''s limit of %s (gs_group.max_shipment_bytes)', v_size, p_limit);
       END IF;
-      -- Everything parses, in three steps at most (each a subtransaction).
       v_mark := gs_format_mark_5(p_body);
       IF v_mark IS DISTINCT FROM p_format THEN
         RETURN format('its body is marked format %s, the shipment says %s', coalesce(v_mark::text, '(no number)'),
           p_format);
       END IF;
+      -- One subtransaction for every text that must parse.
       BEGIN
+        v_parsing := 'its body';
         v_body := p_body::jsonb;
-      EXCEPTION WHEN others THEN
-        RETURN 'its body is not JSON';
-      END;
-      BEGIN
-        SELECT array_agg(c::jsonb ORDER BY i), array_agg(d::jsonb ORDER BY i) INTO v_columns, v_images
-        FROM unnest(w_columns, w_data) WITH ORDINALITY AS u(c, d, i);
-        SELECT array_agg(r::jsonb ORDER BY i) INTO v_records FROM unnest(c_record) WITH ORDINALITY AS u(r, i);
-      EXCEPTION WHEN others THEN
-        RETURN 'a row image, its columns or a conflict record is not JSON';
-      END;
-      -- The body: an entry (format 1), or {"f":N,"e":entry}.
-      v_entry := v_body;
-      IF p_format > 1 THEN
-        IF jsonb_typeof(v_body) IS DISTINCT FROM 'object' OR NOT v_body ? 'e'
-          OR (SELECT count(*) FROM jsonb_object_keys(v_body)) <> 2 THEN
-          RETURN 'its body is not {"f":N,"e":entry}';
-        END IF;
-        v_entry := v_body -> 'e';
-      END IF;
-      IF jsonb_typeof(v_entry) IS DISTINCT FROM 'object' OR jsonb_typeof(v_entry -> 't') IS DISTINCT FROM 'array'
-        OR jsonb_typeof(v_entry -> 'c') IS DISTINCT FROM 'array'
-        OR coalesce(jsonb_typeof(v_entry -> 'n'), 'null') NOT IN ('null', 'array') THEN
-        RETURN 'its body is no entry (tables "t", conflicts "c", notes "n")';
-      END IF;
-      FOR v_table IN SELECT value FROM jsonb_array_elements(v_entry -> 't') LOOP
-        IF jsonb_typeof(v_table) IS DISTINCT FROM 'object' OR jsonb_typeof(v_table -> 'n') IS DISTINCT FROM 'string'
-          OR jsonb_typeof(v_table -> 'k') IS DISTINCT FROM 'array' OR jsonb_typeof(v_table -> 's') IS DISTINCT FROM 'boolean'
-          OR jsonb_typeof(v_table -> 'r') IS DISTINCT FROM 'array'
-          OR jsonb_path_exists(v_table -> 'k', 'strict $[*] ? (@.type() != "string")') THEN
-          RETURN 'a table of its body is no table (name "n", columns "k", snapshot "s", rows "r")';
-        END IF;
-        IF lower(v_table ->> 'n') ~ v_internal OR v_table ->> 'n' = '' THEN
-          RETURN format('its body writes table %s, internal to SQLite, GRDB or GroupSync', v_table ->> 'n');
-        END IF;
-        FOR v_row IN SELECT value FROM jsonb_array_elements(v_table -> 'r') LOOP
-          IF jsonb_typeof(v_row) IS DISTINCT FROM 'object' OR jsonb_typeof(v_row -> 'g') IS DISTINCT FROM 'string'
-            OR jsonb_typeof(v_row -> 'b') IS DISTINCT FROM 'number'
-            OR coalesce(jsonb_typeof(v_row -> 'i'), 'null') NOT IN ('null', 'number')
-            OR coalesce(jsonb_typeof(v_row -> 'l'), 'null') NOT IN ('null', 'boolean')
-            OR coalesce(jsonb_typeof(v_row -> 'v'), 'null') NOT IN ('null', 'array')
-            OR coalesce(jsonb_typeof(v_row -> 'c'), 'null') NOT IN ('null', 'array') THEN
-            RETURN format('a row of table %s in its body is no row (global ID "g", base "b", values "v")',
-              v_table ->> 'n');
+        -- The body: an entry (format 1), or {"f":N,"e":entry}.
+        v_entry := v_body;
+        IF p_format > 1 THEN
+          IF jsonb_typeof(v_body) IS DISTINCT FROM 'object' OR NOT v_body ? 'e' OR v_body - 'f' - 'e' <> '{}' THEN
+            RETURN 'its body is not {"f":N,"e":entry}';
           END IF;
-          v_values := v_row -> 'v';
-          CONTINUE WHEN jsonb_typeof(v_values) IS DISTINCT FROM 'array';
-          IF jsonb_typeof(v_row -> 'c') = 'array' THEN
-            IF p_format < 2 OR jsonb_array_length(v_row -> 'c') <> jsonb_array_length(v_values)
-              OR jsonb_path_exists(v_row -> 'c', 'strict $[*] ? (@.type() != "number" || @ < 0 || @ >= $n || @ != @.floor())',
-                jsonb_build_object('n', jsonb_array_length(v_table -> 'k'))) THEN
-              RETURN format('row %s of table %s in its body: its changed columns do not match its values and columns',
-                v_row ->> 'g', v_table ->> 'n');
+          v_entry := v_body -> 'e';
+        END IF;
+        IF jsonb_typeof(v_entry) IS DISTINCT FROM 'object' OR jsonb_typeof(v_entry -> 't') IS DISTINCT FROM 'array'
+          OR jsonb_typeof(v_entry -> 'c') IS DISTINCT FROM 'array'
+          OR coalesce(jsonb_typeof(v_entry -> 'n'), 'null') NOT IN ('null', 'array') THEN
+          RETURN 'its body is no entry (tables "t", conflicts "c", notes "n")';
+        END IF;
+        v_tables := v_entry -> 't';
+        FOR v_t IN 0 .. jsonb_array_length(v_tables) - 1 LOOP
+          v_table := v_tables -> v_t;
+          IF jsonb_typeof(v_table) IS DISTINCT FROM 'object' OR jsonb_typeof(v_table -> 'n') IS DISTINCT FROM 'string'
+            OR jsonb_typeof(v_table -> 'k') IS DISTINCT FROM 'array'
+            OR jsonb_typeof(v_table -> 's') IS DISTINCT FROM 'boolean'
+            OR jsonb_typeof(v_table -> 'r') IS DISTINCT FROM 'array'
+            OR jsonb_path_exists(v_table -> 'k', 'strict $[*] ? (@.type() != "string")') THEN
+            RETURN 'a table of its body is no table (name "n", columns "k", snapshot "s", rows "r")';
+          END IF;
+          v_name := v_table ->> 'n';
+          IF lower(v_name) ~ v_internal OR v_name = '' THEN
+            RETURN format('its body writes table %s, internal to SQLite, GRDB or GroupSync', v_name);
+          END IF;
+          v_width := jsonb_array_length(v_table -> 'k');
+          v_rows := v_table -> 'r';
+          FOR v_r IN 0 .. jsonb_array_length(v_rows) - 1 LOOP
+            v_row := v_rows -> v_r;
+            IF jsonb_typeof(v_row) IS DISTINCT FROM 'object' OR jsonb_typeof(v_row -> 'g') IS DISTINCT FROM 'string'
+              OR jsonb_typeof(v_row -> 'b') IS DISTINCT FROM 'number'
+              OR coalesce(jsonb_typeof(v_row -> 'i'), 'null') NOT IN ('null', 'number')
+              OR coalesce(jsonb_typeof(v_row -> 'l'), 'null') NOT IN ('null', 'boolean')
+              OR coalesce(jsonb_typeof(v_row -> 'v'), 'null') NOT IN ('null', 'array')
+              OR coalesce(jsonb_typeof(v_row -> 'c'), 'null') NOT IN ('null', 'array') THEN
+              RETURN format('a row of table %s in its body is no row (global ID "g", base "b", values "v")', v_name);
             END IF;
-          ELSIF jsonb_array_length(v_values) <> jsonb_array_length(v_table -> 'k') THEN
-            RETURN format('row %s of table %s in its body has %s values for %s columns', v_row ->> 'g',
-              v_table ->> 'n', jsonb_array_length(v_values), jsonb_array_length(v_table -> 'k'));
-          END IF;
-          IF EXISTS (SELECT 1 FROM jsonb_array_elements(v_values) v WHERE NOT gs_value_is_valid_5(v.value)) THEN
-            RETURN format('row %s of table %s in its body holds a value that is none', v_row ->> 'g', v_table ->> 'n');
+            v_values := v_row -> 'v';
+            CONTINUE WHEN jsonb_typeof(v_values) IS DISTINCT FROM 'array';
+            IF jsonb_typeof(v_row -> 'c') = 'array' THEN
+              IF p_format < 2 OR jsonb_array_length(v_row -> 'c') <> jsonb_array_length(v_values)
+                OR jsonb_path_exists(v_row -> 'c',
+                  'strict $[*] ? (@.type() != "number" || @ < 0 || @ >= $n || @ != @.floor())',
+                  jsonb_build_object('n', v_width)) THEN
+                RETURN format('row %s of table %s in its body: its changed columns do not match its values and columns',
+                  v_row ->> 'g', v_name);
+              END IF;
+            ELSIF jsonb_array_length(v_values) <> v_width THEN
+              RETURN format('row %s of table %s in its body has %s values for %s columns', v_row ->> 'g', v_name,
+                jsonb_array_length(v_values), v_width);
+            END IF;
+            FOR v_i IN 0 .. jsonb_array_length(v_values) - 1 LOOP
+              IF NOT gs_value_is_valid_5(v_values -> v_i) THEN
+                RETURN format('row %s of table %s in its body holds a value that is none', v_row ->> 'g', v_name);
+              END IF;
+            END LOOP;
+          END LOOP;
+        END LOOP;
+        v_rows := v_entry -> 'c';
+        FOR v_r IN 0 .. jsonb_array_length(v_rows) - 1 LOOP
+          v_item := v_rows -> v_r;
+          IF jsonb_typeof(v_item) IS DISTINCT FROM 'object'
+            OR jsonb_typeof(v_item -> 'winnerHost') IS DISTINCT FROM 'string'
+            OR jsonb_typeof(v_item -> 'loserHost') IS DISTINCT FROM 'string'
+            OR NOT p_host IN (v_item ->> 'winnerHost', v_item ->> 'loserHost') THEN
+            RETURN format('a conflict in its body is not one host %s settled', p_host);
           END IF;
         END LOOP;
-      END LOOP;
-      FOR v_item IN SELECT value FROM jsonb_array_elements(v_entry -> 'c') LOOP
-        IF jsonb_typeof(v_item) IS DISTINCT FROM 'object'
-          OR jsonb_typeof(v_item -> 'winnerHost') IS DISTINCT FROM 'string'
-          OR jsonb_typeof(v_item -> 'loserHost') IS DISTINCT FROM 'string'
-          OR NOT p_host IN (v_item ->> 'winnerHost', v_item ->> 'loserHost') THEN
-          RETURN format('a conflict in its body is not one host %s settled', p_host);
-        END IF;
-      END LOOP;
-      FOR v_item IN SELECT value FROM jsonb_array_elements(coalesce(v_entry -> 'n', '[]'::jsonb)) LOOP
-        IF jsonb_typeof(v_item) IS DISTINCT FROM 'object' OR jsonb_typeof(v_item -> 'name') IS DISTINCT FROM 'string'
-          OR jsonb_typeof(v_item -> 'payload') IS DISTINCT FROM 'string' THEN
-          RETURN 'a note of its body is no note (name, payload)';
-        END IF;
-      END LOOP;
-      -- The rows' current images, as gs_row keeps them.
-      FOR v_index IN 1 .. coalesce(v_count, 0) LOOP
-        IF coalesce(w_tbl[v_index], '') = '' OR coalesce(w_gid[v_index], '') = '' OR w_base[v_index] IS NULL THEN
-          RETURN 'a row image without its table, global ID or base';
-        END IF;
-        IF lower(w_tbl[v_index]) ~ v_internal THEN
-          RETURN format('it writes table %s, internal to SQLite, GRDB or GroupSync', w_tbl[v_index]);
-        END IF;
-        IF jsonb_typeof(v_columns[v_index]) IS DISTINCT FROM 'array'
-          OR jsonb_path_exists(v_columns[v_index], 'strict $[*] ? (@.type() != "string")') THEN
-          RETURN format('row %s of table %s: its columns are no list of names', w_gid[v_index], w_tbl[v_index]);
-        END IF;
-        CONTINUE WHEN w_data[v_index] IS NULL;
-        v_mark := gs_format_mark_5(w_data[v_index]);
-        IF v_mark IS NULL OR v_mark < 1 OR v_mark > p_group THEN
-          RETURN format('row %s of table %s: its image is marked format %s, not one the group ships in (1 to %s)',
-            w_gid[v_index], w_tbl[v_index], coalesce(v_mark::text, '(no number)'), p_group);
-        END IF;
-        v_values := v_images[v_index];
-        IF v_mark > 1 THEN
-          IF jsonb_typeof(v_values) IS DISTINCT FROM 'object' OR NOT v_values ? 'v'
-            OR (SELECT count(*) FROM jsonb_object_keys(v_values)) <> 2 THEN
-            RETURN format('row %s of table %s: its image is not {"f":N,"v":[values]}', w_gid[v_index], w_tbl[v_index]);
+        v_rows := coalesce(v_entry -> 'n', '[]');
+        FOR v_r IN 0 .. jsonb_array_length(v_rows) - 1 LOOP
+          v_item := v_rows -> v_r;
+          IF jsonb_typeof(v_item) IS DISTINCT FROM 'object' OR jsonb_typeof(v_item -> 'name') IS DISTINCT FROM 'string'
+            OR jsonb_typeof(v_item -> 'payload') IS DISTINCT FROM 'string' THEN
+            RETURN 'a note of its body is no note (name, payload)';
           END IF;
-          v_values := v_values -> 'v';
-        END IF;
-        IF jsonb_typeof(v_values) IS DISTINCT FROM 'array'
-          OR jsonb_array_length(v_values) <> jsonb_array_length(v_columns[v_index]) THEN
-          RETURN format('row %s of table %s: its image does not list one value per column', w_gid[v_index],
-            w_tbl[v_index]);
-        END IF;
-        IF EXISTS (SELECT 1 FROM jsonb_array_elements(v_values) v WHERE NOT gs_value_is_valid_5(v.value)) THEN
-          RETURN format('row %s of table %s: its image holds a value that is none', w_gid[v_index], w_tbl[v_index]);
-        END IF;
-      END LOOP;
-      -- The conflicts recorded: settled by this host, as winner or loser.
-      FOR v_index IN 1 .. coalesce(cardinality(c_tbl), 0) LOOP
-        IF NOT p_host IN (c_winner[v_index], c_loser[v_index]) THEN
-          RETURN format('it records a conflict between %s and %s, which host %s did not settle',
-            c_winner[v_index], c_loser[v_index], p_host);
-        END IF;
-        v_mark := gs_format_mark_5(c_record[v_index]);
-        IF v_mark IS NULL OR v_mark < 1 OR v_mark > p_group OR jsonb_typeof(v_records[v_index]) IS DISTINCT FROM 'object' THEN
-          RETURN format('its conflict record of row %s is no record of a format the group ships in', c_gid[v_index]);
-        END IF;
-      END LOOP;
+        END LOOP;
+        -- The rows' current images, as gs_row keeps them.
+        FOR v_index IN 1 .. v_count LOOP
+          IF coalesce(w_tbl[v_index], '') = '' OR coalesce(w_gid[v_index], '') = '' OR w_base[v_index] IS NULL THEN
+            RETURN 'a row image without its table, global ID or base';
+          END IF;
+          IF lower(w_tbl[v_index]) ~ v_internal THEN
+            RETURN format('it writes table %s, internal to SQLite, GRDB or GroupSync', w_tbl[v_index]);
+          END IF;
+          v_parsing := format('the columns of row %s of table %s', w_gid[v_index], w_tbl[v_index]);
+          v_columns := w_columns[v_index]::jsonb;
+          IF jsonb_typeof(v_columns) IS DISTINCT FROM 'array'
+            OR jsonb_path_exists(v_columns, 'strict $[*] ? (@.type() != "string")') THEN
+            RETURN format('row %s of table %s: its columns are no list of names', w_gid[v_index], w_tbl[v_index]);
+          END IF;
+          CONTINUE WHEN w_data[v_index] IS NULL;
+          v_mark := gs_format_mark_5(w_data[v_index]);
+          IF v_mark IS NULL OR v_mark < 1 OR v_mark > p_group THEN
+            RETURN format('row %s of table %s: its image is marked format %s, not one the group ships in (1 to %s)',
+              w_gid[v_index], w_tbl[v_index], coalesce(v_mark::text, '(no number)'), p_group);
+          END IF;
+          v_parsing := format('the image of row %s of table %s', w_gid[v_index], w_tbl[v_index]);
+          v_values := w_data[v_index]::jsonb;
+          IF v_mark > 1 THEN
+            IF jsonb_typeof(v_values) IS DISTINCT FROM 'object' OR NOT v_values ? 'v'
+              OR v_values - 'f' - 'v' <> '{}' THEN
+              RETURN format('row %s of table %s: its image is not {"f":N,"v":[values]}', w_gid[v_index],
+                w_tbl[v_index]);
+            END IF;
+            v_values := v_values -> 'v';
+          END IF;
+          IF jsonb_typeof(v_values) IS DISTINCT FROM 'array'
+            OR jsonb_array_length(v_values) <> jsonb_array_length(v_columns) THEN
+            RETURN format('row %s of table %s: its image does not list one value per column', w_gid[v_index],
+              w_tbl[v_index]);
+          END IF;
+          FOR v_i IN 0 .. jsonb_array_length(v_values) - 1 LOOP
+            IF NOT gs_value_is_valid_5(v_values -> v_i) THEN
+              RETURN format('row %s of table %s: its image holds a value that is none', w_gid[v_index],
+                w_tbl[v_index]);
+            END IF;
+          END LOOP;
+        END LOOP;
+        -- The conflicts recorded: settled by this host, as winner or loser.
+        FOR v_index IN 1 .. coalesce(cardinality(c_tbl), 0) LOOP
+          IF NOT p_host IN (c_winner[v_index], c_loser[v_index]) THEN
+            RETURN format('it records a conflict between %s and %s, which host %s did not settle',
+              c_winner[v_index], c_loser[v_index], p_host);
+          END IF;
+          v_mark := gs_format_mark_5(c_record[v_index]);
+          v_parsing := format('the conflict record of row %s', c_gid[v_index]);
+          IF v_mark IS NULL OR v_mark < 1 OR v_mark > p_group
+            OR jsonb_typeof(c_record[v_index]::jsonb) IS DISTINCT FROM 'object' THEN
+            RETURN format('its conflict record of row %s is no record of a format the group ships in', c_gid[v_index]);
+          END IF;
+        END LOOP;
+      EXCEPTION WHEN invalid_text_representation THEN
+        RETURN v_parsing || ' is not JSON';
+      END;
       RETURN NULL;
     END
     $fn$
@@ -320,21 +353,24 @@ extension SharedSchema {
   static let purgePoint5 = """
     CREATE OR REPLACE FUNCTION gs_purge_point_5(p_grp text, p_store text, p_head bigint, p_retention bigint,
       p_passes boolean)
-    RETURNS bigint LANGUAGE sql STABLE AS $fn$
-      WITH listed AS (
-        SELECT EXISTS (SELECT 1 FROM gs_member m WHERE m.grp = p_grp) AS listed
-      ), member AS (
-        SELECT h.applied_seq, h.held_at FROM gs_host h, listed l
-        WHERE h.grp = p_grp AND h.store = p_store
-          AND CASE WHEN l.listed THEN EXISTS (SELECT 1 FROM gs_member m WHERE m.grp = p_grp AND m.host = h.host)
-                   ELSE h.seen_at > now() - interval '\(memberWindow)' END
-          AND NOT EXISTS (SELECT 1 FROM gs_peer p WHERE p.grp = p_grp AND p.host = h.host AND p.retired_at IS NOT NULL)
-      )
-      SELECT CASE WHEN p_retention IS NULL THEN 0
-        WHEN p_passes THEN greatest(least(p_head - p_retention,
-          coalesce((SELECT min(m.held_at - 1) FROM member m), p_head)), 0)
-        ELSE greatest(least(p_head - p_retention,
-          coalesce((SELECT min(least(m.applied_seq, coalesce(m.held_at - 1, m.applied_seq))) FROM member m), 0)), 0) END
+    RETURNS bigint LANGUAGE plpgsql STABLE AS $fn$
+    DECLARE
+      v_listed boolean;
+      v_applied bigint;
+      v_held bigint;
+    BEGIN
+      IF p_retention IS NULL THEN
+        RETURN 0;
+      END IF;
+      SELECT EXISTS (SELECT 1 FROM gs_member m WHERE m.grp = p_grp) INTO v_listed;
+      SELECT min(h.applied_seq), min(h.held_at) INTO v_applied, v_held FROM gs_host h
+      WHERE h.grp = p_grp AND h.store = p_store
+        AND CASE WHEN v_listed THEN EXISTS (SELECT 1 FROM gs_member m WHERE m.grp = p_grp AND m.host = h.host)
+                 ELSE h.seen_at > now() - interval '\(memberWindow)' END
+        AND NOT EXISTS (SELECT 1 FROM gs_peer p WHERE p.grp = p_grp AND p.host = h.host AND p.retired_at IS NOT NULL);
+      RETURN greatest(least(p_head - p_retention, coalesce(v_held - 1, p_head),
+        CASE WHEN p_passes THEN p_head ELSE coalesce(v_applied, 0) END), 0);
+    END
     $fn$
     """
 
