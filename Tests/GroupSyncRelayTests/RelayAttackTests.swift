@@ -267,9 +267,10 @@ struct RelayAttackTests {
        "its body writes table SQLITE_sequence, internal"),
       (Self.shipment(1, body: good, table: "groupsync_history"), "it writes table groupsync_history, internal"),
       (Self.shipment(1, body: good, data: #"{"f":7,"v":[]}"#), "its image is marked format 7"),
-      (Self.shipment(1, body: good, data: #"[{"t":"m"}"#), "a row image, its columns or a conflict record is not JSON"),
+      (Self.shipment(1, body: good, data: #"[{"t":"m"}"#), "the image of row m1 of table note is not JSON"),
       (Self.shipment(1, body: good, data: #"[{"t":"m"}]"#), "its image does not list one value per column"),
       (Self.shipment(1, body: good, columns: #"{"title":1}"#), "its columns are no list of names"),
+      (Self.shipment(1, body: good, columns: #"["title""#), "the columns of row m1 of table note is not JSON"),
       (Self.shipment(1, body: good, gid: ""), "without its table, global ID or base"),
     ]
     for (shipment, reason) in cases {

@@ -44,9 +44,10 @@ public struct GroupSettings: Sendable, Equatable, Codable {
 
   public var retention: Retention?
   /// Whether retention purges past members that have not applied the
-  /// entries yet (and past holds): they re-synchronise from the rows'
-  /// images. Off by default: a purge waits for every member, and a member
-  /// gone for good is retired (``GroupFleet/retire(host:group:conninfo:timeouts:)``).
+  /// entries yet: they re-synchronise from the rows' images. Never past a
+  /// hold (a member that cannot read an entry's format yet). Off by
+  /// default: a purge waits for every member, and a member gone for good
+  /// is retired (``GroupFleet/retire(host:group:conninfo:timeouts:)``).
   public var retentionPassesMembers: Bool?
   /// The largest shipment the server takes, in bytes (its body, images
   /// and conflict records; 64 MiB by default): a larger one is refused

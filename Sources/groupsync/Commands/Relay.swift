@@ -13,14 +13,17 @@ struct RelayCommand: ParsableCommand {
     abstract: "Connect the group folder to other hosts through PostgreSQL (runs groupsync-relay).",
     discussion: """
       groupsync relay DIR [--postgres CONNINFO | --postgres-file FILE] [--store NAME]... [--host NAME]
-        [--group NAME] [--policy [TABLE[.COLUMN]=]object-trump|store-trump]... [--whole-rows TABLE]... [--retention N]
+        [--group NAME] [--policy [TABLE[.COLUMN]=]object-trump|store-trump]... [--whole-rows TABLE]...
         [--poll-interval SECONDS] [--dead-link-timeout SECONDS]
       Without --postgres or --postgres-file, libpq's PG* environment says where to connect.
       A password never goes on the command line (--postgres with one is refused): put it in
       ~/.pgpass or PGPASSFILE, or the connection string in --postgres-file FILE (mode 0600).
       Prints what the relay does as JSON lines; stops on SIGTERM or SIGINT.
-      groupsync relay --print-setup --group NAME ROLE[:HOST]...
+      groupsync relay --print-setup --group NAME [SETTINGS] [--older-relays] ROLE[:HOST]...
       Prints the SQL an administrator runs once: the tables, a login role per host, row-level security.
+      groupsync relay --configure --group NAME [--postgres ADMIN_CONNINFO] SETTINGS
+      Sets the group's settings on the server (an administrator's), SETTINGS being any of
+      --retention N|all, --retention-passes-members true|false, --max-shipment-bytes N.
       """)
 
   @Argument(parsing: .captureForPassthrough, help: "The relay's arguments (see groupsync-relay --help).")
