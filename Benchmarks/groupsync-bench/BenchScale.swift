@@ -87,6 +87,17 @@ struct BenchScaleResult: Codable {
     var holdMicros: Double
   }
 
+  /// What the server's checks of a shipment cost (issue 41): the median
+  /// time of one call, one client, of gs_ship_5 and of gs_ship_3 (no
+  /// checks) run alternately, for a shipment of `rows` rows.
+  struct Checks: Codable {
+    var rows: Int
+    var rounds: Int
+    var seconds: Double
+    var ship3Micros: Double
+    var ship5Micros: Double
+  }
+
   /// Two groups on one server, one busy, one idle: the idle group's relays'
   /// CPU (exact, /proc/PID/task/*/schedstat), µs per second.
   struct Groups: Codable {
@@ -105,6 +116,7 @@ struct BenchScaleResult: Codable {
 
   var points: [Point] = []
   var locks: [Lock] = []
+  var checks: [Checks] = []
   var groups: Groups?
   var model: BenchScaleModel?
   /// Limits raised for the phase, and restored after it.
@@ -123,6 +135,8 @@ extension BenchRunner {
     var pollInterval: Double
     var poolSize: Int
     var lockSeconds: Int
+    var checksSeconds: Int
+    var checksRounds: Int
     var groupHosts: Int
     var groupWindow: Double
     var steadyRate: Double
@@ -130,10 +144,10 @@ extension BenchRunner {
 
     static let full = ScaleSettings(
       sizes: [32, 64, 128], samples: 20, warmUps: 5, idleSeconds: 2.5, pollInterval: 0.25, poolSize: 8, lockSeconds: 3,
-      groupHosts: 8, groupWindow: 3, steadyRate: 10, steadySeconds: 2)
+      checksSeconds: 3, checksRounds: 3, groupHosts: 8, groupWindow: 3, steadyRate: 10, steadySeconds: 2)
     static let quick = ScaleSettings(
       sizes: [8, 16], samples: 8, warmUps: 3, idleSeconds: 1, pollInterval: 0.25, poolSize: 4, lockSeconds: 1,
-      groupHosts: 4, groupWindow: 1.5, steadyRate: 10, steadySeconds: 1)
+      checksSeconds: 1, checksRounds: 1, groupHosts: 4, groupWindow: 1.5, steadyRate: 10, steadySeconds: 1)
   }
 
   func scale() throws {
@@ -155,6 +169,11 @@ extension BenchRunner {
     do { results.scale?.locks = try scaleLock(conninfo, seconds: settings.lockSeconds) } catch {
       errors.append("the notify lock (pgbench): \(error)")
     }
+    // 1b. What the server's checks of a shipment cost (pgbench).
+    do {
+      results.scale?.checks = try scaleChecks(
+        conninfo, relay: relay, seconds: settings.checksSeconds, rounds: settings.checksRounds)
+    } catch { errors.append("the shipment's checks (pgbench): \(error)") }
     // 2. Two groups, one busy, one idle.
     do {
       results.scale?.groups = try scaleGroups(

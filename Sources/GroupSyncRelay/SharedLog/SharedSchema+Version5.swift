@@ -281,7 +281,7 @@ extension SharedSchema {
           IF lower(w_tbl[v_index]) ~ v_internal THEN
             RETURN format('it writes table %s, internal to SQLite, GRDB or GroupSync', w_tbl[v_index]);
           END IF;
-          v_parsing := format('the columns of row %s of table %s', w_gid[v_index], w_tbl[v_index]);
+          v_parsing := format('the column list of row %s of table %s', w_gid[v_index], w_tbl[v_index]);
           v_columns := w_columns[v_index]::jsonb;
           IF jsonb_typeof(v_columns) IS DISTINCT FROM 'array'
             OR jsonb_path_exists(v_columns, 'strict $[*] ? (@.type() != "string")') THEN
