@@ -9,10 +9,7 @@ extension BenchRunner {
   /// two functions alternating, `rounds` runs each), of 1 and of 50 rows:
   /// the median time per call of each, and their difference.
   func scaleChecks(_ conninfo: String, relay: String, seconds: Int, rounds: Int) throws -> [BenchScaleResult.Checks] {
-    guard let version = try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql").sorted().last,
-      FileManager.default.isExecutableFile(atPath: "/usr/lib/postgresql/\(version)/bin/pgbench")
-    else { throw BenchError("pgbench is missing (Debian's postgresql package: make deps-postgres)") }
-    let pgbench = "/usr/lib/postgresql/\(version)/bin/pgbench"
+    let pgbench = try pgbenchPath()
     let folder = options.workFolder + "/scale/checks"
     try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
     // The relay's objects, made by an administrator's act (the group's

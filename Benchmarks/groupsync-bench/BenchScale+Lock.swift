@@ -10,10 +10,7 @@ extension BenchRunner {
   /// sent apart (its own transaction, synchronous_commit off); fsync on,
   /// then off.
   func scaleLock(_ conninfo: String, seconds: Int) throws -> [BenchScaleResult.Lock] {
-    guard let version = try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql").sorted().last,
-      FileManager.default.isExecutableFile(atPath: "/usr/lib/postgresql/\(version)/bin/pgbench")
-    else { throw BenchError("pgbench is missing (Debian's postgresql package: make deps-postgres)") }
-    let pgbench = "/usr/lib/postgresql/\(version)/bin/pgbench"
+    let pgbench = try pgbenchPath()
     let folder = options.workFolder + "/scale/lock"
     try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
     let insert = "INSERT INTO scale_lock(body) VALUES ('x');"
@@ -54,5 +51,13 @@ extension BenchRunner {
     }
     try setServerFsync(conninfo, on: false)
     return locks
+  }
+
+  /// Debian's pgbench, of the newest PostgreSQL installed.
+  func pgbenchPath() throws -> String {
+    guard let version = try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql").sorted().last,
+      FileManager.default.isExecutableFile(atPath: "/usr/lib/postgresql/\(version)/bin/pgbench")
+    else { throw BenchError("pgbench is missing (Debian's postgresql package: make deps-postgres)") }
+    return "/usr/lib/postgresql/\(version)/bin/pgbench"
   }
 }

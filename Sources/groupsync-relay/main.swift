@@ -218,6 +218,10 @@ struct RelayCommand: ParsableCommand {
       if configure, try settings().isEmpty {
         throw ValidationError("--configure: name a setting (--retention, --retention-passes-members, --max-shipment-bytes)")
       }
+      let namesSettings = try !settings().isEmpty
+      guard configure || !namesSettings, !olderRelays else {
+        throw ValidationError("the group's settings go with --configure (or --print-setup), --older-relays with --print-setup")
+      }
     } else {
       guard retention == nil, retentionPassesMembers == nil, maxShipmentBytes == nil, !olderRelays else {
         throw ValidationError(

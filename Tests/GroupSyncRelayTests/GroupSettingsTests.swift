@@ -128,6 +128,8 @@ struct GroupSettingsTests {
         (["relay", "--configure", "--group", "app", "--retention", "0"], "retention '0'"),
         (["relay", "--configure", "--group", "app", "--max-shipment-bytes", "10"], "max shipment bytes 10"),
         (["relay", "--configure", "--retention", "5"], "need --group NAME"),
+        (["relay", "--fleet", "--group", "app", "--retention", "5"], "the group's settings go with --configure"),
+        (["relay", "--fleet", "--group", "app", "--older-relays"], "--older-relays with --print-setup"),
       ] {
         let result = try await Executables.onThread {
           try ChildProcess(executable: Executables.groupsync, arguments: arguments).finish(timeout: 120)
