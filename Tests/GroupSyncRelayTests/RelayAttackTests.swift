@@ -335,6 +335,32 @@ struct RelayAttackTests {
     #expect(try fleet.server.query("SELECT count(*) FROM gs_change WHERE origin_host = 'mallory'") == [["0"]])
   }
 
+  // MARK: Internal tables
+
+  /// An entry that writes a relay's own table, put in the log as a relay
+  /// before version 5 could (through `gs_ship_3`, which checks nothing; here
+  /// as the superuser): the receivers skip its rows, whatever it says.
+  @Test func anEntryOfAnOlderRelayNeverWritesInternalTables() async throws {
+    try await Self.underAttack(Self.anEntryOfAnOlderRelayNeverWritesInternalTablesAttack)
+  }
+
+  private static func anEntryOfAnOlderRelayNeverWritesInternalTablesAttack(_ fleet: Fleet) async throws {
+    let values = #"[{"t":"note"},{"t":"evil"}]"#
+    let body = #"{"t":[{"n":"gs_relay_columns","k":["tbl","col"],"s":false,"r":[{"g":"evil","b":0,"v":"# + values + "}]}],\"c\":[]}"
+    let shipped = try fleet.server.query(
+      """
+      SELECT outcome FROM gs_ship_3('app', 'main', 'mallory', 1, $1, NULL, '{gs_relay_columns}', '{evil}', '{0}',
+        ARRAY[$3], ARRAY[$2], '{}', '{}', '{}', '{}', '{}', '{}', false, 1::smallint, NULL, NULL)
+      """, [body, values, #"["tbl","col"]"#])
+    #expect(shipped == [["shipped"]])
+    try await fleet.web1.exec(["INSERT INTO note(title, body) VALUES ('after-the-entry', 'web-1')"])
+    try await waitForConvergence([fleet.web1, fleet.web2], server: fleet.server)
+    for host in [fleet.web1, fleet.web2] {
+      #expect(try host.rows("SELECT count(*) FROM gs_relay_columns WHERE col = 'evil'") == ["0"], "\(host.name)")
+    }
+    try await fleet.web1.exec(["DELETE FROM note WHERE title = 'after-the-entry'"])
+  }
+
   // MARK: search_path
 
   @Test func searchPathTricksDoNotReachTheFunctions() async throws { try await Self.underAttack(Self.searchPathTricksDoNotReachTheFunctionsAttack) }
